@@ -1,0 +1,305 @@
+"""Data contracts: Task, Observation, Step, Trajectory, and the polars schemas of their tables. One place.
+
+Raw trajectory files (``data/01_raw/trajectories/**.jsonl``) hold one :class:`Trajectory` a line, as JSON.
+Screenshot paths in a file are relative to that file's folder and must stay inside the raw data folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rmsweb_kedro.actions import Action, format_action
+
+TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user"]
+Level = Literal["easy", "medium", "hard"]
+Split = Literal["train", "val", "test"]
+JudgeKind = Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer", "none"]
+CollectionMode = Literal["single", "independent_retries", "reflection_retries", "policy", "user"]
+Termination = Literal["stop", "answer", "max_steps", "env_error", "model_error"]
+
+#: Online-Mind2Web's difficulty bands by reference length (steps).
+LEVEL_BOUNDS = {"easy": (1, 5), "medium": (6, 10), "hard": (11, 10_000)}
+
+
+def level_for_length(reference_length: int) -> Level:
+    """Online-Mind2Web's difficulty band: easy <= 5 steps, medium 6-10, hard >= 11."""
+    return "easy" if reference_length <= 5 else "medium" if reference_length <= 10 else "hard"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class JudgeSpec(_Record):
+    """How a task is judged. ``config`` holds what that judge needs (checker name and expected values, a
+    reference answer, a rubric...)."""
+
+    kind: JudgeKind
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Task(_Record):
+    """One web task, from the sandbox or a public benchmark, interchangeable downstream."""
+
+    id: str = Field(min_length=1)
+    source: TaskSource
+    site: str = Field(min_length=1)
+    start_url: str = Field(min_length=1)
+    instruction: str = Field(min_length=1)
+    level: Level | None = None
+    reference_length: int | None = Field(default=None, ge=0)
+    split: Split | None = None
+    judge: JudgeSpec = Field(default_factory=lambda: JudgeSpec(kind="none"))
+    #: A reference solution when one is known (sandbox): canonical action texts, targets given by
+    #: role and name since element ids exist only in a live observation; see the sandbox docs.
+    reference_solution: list[dict[str, Any]] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Element(_Record):
+    """An interactive element of an observation: the id actions target, its role, accessible name, value."""
+
+    id: int = Field(ge=0)
+    role: str
+    name: str = ""
+    value: str | None = None
+    tag: str | None = None
+    bbox: tuple[float, float, float, float] | None = None  # x, y, width, height in page pixels
+
+
+class Observation(_Record):
+    """What the agent sees after reset/step: URL, title, accessibility tree with element ids, screenshot."""
+
+    url: str
+    title: str = ""
+    axtree: str = ""
+    elements: list[Element] = Field(default_factory=list)
+    screenshot: str | None = None  # path of a PNG file
+    tabs: list[str] = Field(default_factory=list)
+    error: str | None = None  # the last action's error, if any (never an exception)
+    env_error: bool = False  # True when the environment itself failed (crash, timeout), not the agent
+
+
+class Usage(_Record):
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+
+
+class Verdict(_Record):
+    """A judge's decision, with what is needed to reproduce it (judge name, model, prompt version...)."""
+
+    success: bool
+    reason: str = ""
+    judge: str = ""  # e.g. "sandbox-checker/v1", "webjudge/gpt-4o/v1"
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Step(_Record):
+    """One step of an attempt: the observation it acted on, the thought and action, the raw model text."""
+
+    index: int = Field(ge=0)
+    url: str
+    screenshot: str | None = None  # relative to the trajectory file's folder
+    axtree: str | None = None
+    thought: str | None = None
+    action: Action | None = None  # None when the model output did not parse
+    raw_output: str | None = None
+    error: str | None = None
+
+    @field_validator("screenshot")
+    @classmethod
+    def _relative_inside(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("screenshot path is empty")
+        if value.startswith(("/", "\\")) or (len(value) > 1 and value[1] == ":"):
+            raise ValueError(f"screenshot path {value!r} is absolute; it must be relative to the trajectory file")
+        if ".." in value.replace("\\", "/").split("/"):
+            raise ValueError(f"screenshot path {value!r} escapes the data folder")
+        return value
+
+
+class Trajectory(_Record):
+    """One attempt at one task: every step, the reflections it was conditioned on and the judge's verdict."""
+
+    id: str = Field(min_length=1)
+    task_id: str = Field(min_length=1)
+    site: str = ""
+    instruction: str = ""
+    attempt: int = Field(default=1, ge=1)
+    mode: CollectionMode = "single"
+    reflections: list[str] = Field(default_factory=list)
+    success: bool | None = None
+    verdict: Verdict | None = None
+    termination: Termination | None = None
+    steps: list[Step]
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = Field(default=0.0, ge=0)
+    producer: str = ""  # who acted: "scripted-teacher/seed=3", a model name, a checkpoint path
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("steps")
+    @classmethod
+    def _indices_in_order(cls, steps: list[Step]) -> list[Step]:
+        for position, step in enumerate(steps):
+            if step.index != position:
+                raise ValueError(
+                    f"step indices must run 0, 1, 2, ... in order; position {position} has index {step.index}"
+                )
+        return steps
+
+
+# ---------------------------------------------------------------- tables (polars)
+
+TRAJECTORY_SCHEMA = pl.Schema(
+    {
+        "trajectory_id": pl.String,
+        "task_id": pl.String,
+        "site": pl.String,
+        "instruction": pl.String,
+        "attempt": pl.Int32,
+        "mode": pl.String,
+        "reflections": pl.List(pl.String),
+        "success": pl.Boolean,
+        "judge": pl.String,
+        "judge_reason": pl.String,
+        "termination": pl.String,
+        "n_steps": pl.Int32,
+        "prompt_tokens": pl.Int64,
+        "completion_tokens": pl.Int64,
+        "cost_usd": pl.Float64,
+        "producer": pl.String,
+        "source_file": pl.String,
+    }
+)
+
+STEP_SCHEMA = pl.Schema(
+    {
+        "trajectory_id": pl.String,
+        "task_id": pl.String,
+        "index": pl.Int32,
+        "url": pl.String,
+        "screenshot": pl.String,  # relative to the raw trajectories folder (posix)
+        "axtree": pl.String,
+        "thought": pl.String,
+        "action": pl.String,  # canonical text (actions.format_action); null when unparsed
+        "action_type": pl.String,
+        "element": pl.Int32,
+        "raw_output": pl.String,
+        "error": pl.String,
+    }
+)
+
+QUARANTINE_SCHEMA = pl.Schema(
+    {
+        "source_file": pl.String,
+        "line": pl.Int64,  # 1-based; 0 when the whole file is at fault
+        "record_id": pl.String,
+        "field": pl.String,
+        "reason": pl.String,
+        "raw": pl.String,  # the offending text, cut to a bound
+    }
+)
+
+TASK_SCHEMA = pl.Schema(
+    {
+        "id": pl.String,
+        "source": pl.String,
+        "site": pl.String,
+        "start_url": pl.String,
+        "instruction": pl.String,
+        "level": pl.String,
+        "reference_length": pl.Int32,
+        "split": pl.String,
+        "judge": pl.String,  # JudgeSpec as JSON
+        "reference_solution": pl.String,  # JSON list or null
+        "metadata": pl.String,  # JSON
+    }
+)
+
+
+def trajectory_row(trajectory: Trajectory, source_file: str) -> dict[str, Any]:
+    """The ``trajectories`` table row of one trajectory."""
+    verdict = trajectory.verdict
+    return {
+        "trajectory_id": trajectory.id,
+        "task_id": trajectory.task_id,
+        "site": trajectory.site,
+        "instruction": trajectory.instruction,
+        "attempt": trajectory.attempt,
+        "mode": trajectory.mode,
+        "reflections": trajectory.reflections,
+        "success": trajectory.success if trajectory.success is not None else (verdict.success if verdict else None),
+        "judge": verdict.judge if verdict else None,
+        "judge_reason": verdict.reason if verdict else None,
+        "termination": trajectory.termination,
+        "n_steps": len(trajectory.steps),
+        "prompt_tokens": trajectory.usage.prompt_tokens,
+        "completion_tokens": trajectory.usage.completion_tokens,
+        "cost_usd": trajectory.cost_usd,
+        "producer": trajectory.producer,
+        "source_file": source_file,
+    }
+
+
+def step_row(trajectory: Trajectory, step: Step, screenshot_prefix: str = "") -> dict[str, Any]:
+    """The ``steps`` table row of one step; ``screenshot_prefix`` is the file's folder in the raw root."""
+    action = step.action
+    return {
+        "trajectory_id": trajectory.id,
+        "task_id": trajectory.task_id,
+        "index": step.index,
+        "url": step.url,
+        "screenshot": f"{screenshot_prefix}{step.screenshot}" if step.screenshot else None,
+        "axtree": step.axtree,
+        "thought": step.thought,
+        "action": format_action(action) if action else None,
+        "action_type": action.type.value if action else None,
+        "element": action.element if action else None,
+        "raw_output": step.raw_output,
+        "error": step.error,
+    }
+
+
+def task_row(task: Task) -> dict[str, Any]:
+    """The ``tasks`` table row of one task (nested fields as JSON text)."""
+    import json
+
+    return {
+        "id": task.id,
+        "source": task.source,
+        "site": task.site,
+        "start_url": task.start_url,
+        "instruction": task.instruction,
+        "level": task.level,
+        "reference_length": task.reference_length,
+        "split": task.split,
+        "judge": task.judge.model_dump_json(),
+        "reference_solution": json.dumps(task.reference_solution) if task.reference_solution is not None else None,
+        "metadata": json.dumps(task.metadata),
+    }
+
+
+def task_from_row(row: dict[str, Any]) -> Task:
+    """Inverse of :func:`task_row`."""
+    import json
+
+    fields = dict(row)
+    fields["judge"] = JudgeSpec.model_validate_json(fields["judge"])
+    fields["reference_solution"] = json.loads(fields["reference_solution"]) if fields.get("reference_solution") else None
+    fields["metadata"] = json.loads(fields.get("metadata") or "{}")
+    return Task(**fields)
+
+
+def tasks_to_frame(tasks: list[Task]) -> pl.DataFrame:
+    """A ``tasks`` table with :data:`TASK_SCHEMA`."""
+    return pl.DataFrame([task_row(t) for t in tasks], schema=TASK_SCHEMA)
+
+
+def tasks_from_frame(frame: pl.DataFrame) -> list[Task]:
+    """Tasks back from a ``tasks`` table."""
+    return [task_from_row(row) for row in frame.iter_rows(named=True)]

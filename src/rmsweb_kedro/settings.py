@@ -1,0 +1,10 @@
+"""Project settings: the config loader soft-merges parameters so ``--params a.b=1`` changes one key."""
+
+from kedro.config import OmegaConfigLoader
+
+CONFIG_LOADER_CLASS = OmegaConfigLoader
+CONFIG_LOADER_ARGS = {
+    "base_env": "base",
+    "default_run_env": "local",
+    "merge_strategy": {"parameters": "soft", "catalog": "soft"},
+}
