@@ -303,3 +303,24 @@ def tasks_to_frame(tasks: list[Task]) -> pl.DataFrame:
 def tasks_from_frame(frame: pl.DataFrame) -> list[Task]:
     """Tasks back from a ``tasks`` table."""
     return [task_from_row(row) for row in frame.iter_rows(named=True)]
+
+
+# ---------------------------------------------------------------- policy states (the joint of sft_data, mining,
+# salvage_ds and offline evaluation): what a policy saw at one step and what the reference did there.
+
+STATE_SCHEMA = pl.Schema(
+    {
+        "state_id": pl.String,  # "<trajectory_id>:<step index>"
+        "task_id": pl.String,
+        "trajectory_id": pl.String,
+        "step_index": pl.Int32,
+        "site": pl.String,
+        "instruction": pl.String,
+        "previous_actions": pl.List(pl.String),  # canonical action texts, oldest first
+        "url": pl.String,
+        "axtree": pl.String,
+        "screenshot": pl.String,  # path relative to the raw trajectories folder, or null
+        "reference_thought": pl.String,
+        "reference_action": pl.String,  # canonical action text
+    }
+)

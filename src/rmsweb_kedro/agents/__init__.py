@@ -1,0 +1,1 @@
+"""Policies, teachers, reflectors and judges."""

@@ -1,0 +1,1 @@
+"""Shared web fixtures (sandbox server, browser env); owned by the sandbox area."""
