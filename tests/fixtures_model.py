@@ -1,1 +1,95 @@
-"""Shared model fixtures (a saved tiny Qwen3-VL checkpoint); owned by the model/SFT area."""
+"""Shared model fixtures (a saved tiny Qwen3-VL checkpoint and the states it was built on); owned by the SFT area.
+
+``tiny_states``: 120 STATE_SCHEMA rows (dicts) of a small shop-like task family, 40 tasks of 3 steps (search,
+open the named item, add it to the cart), page-order element ids written ``role "name" [id]``.
+``tiny_checkpoint``: a directory saved once per session (tiny Qwen3-VL, tokenizer trained on those states);
+load it with ``modeling.load_model({"path": str(tiny_checkpoint)})`` or plain ``from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+ITEMS = [
+    "scarf",
+    "lamp",
+    "mug",
+    "chair",
+    "kettle",
+    "teapot",
+    "blanket",
+    "pillow",
+    "candle",
+    "vase",
+    "clock",
+    "rug",
+]
+COLOURS = ["blue", "red", "green", "black", "white", "yellow"]
+
+
+def make_states(n_tasks: int = 40, seed: int = 0) -> list[dict]:
+    """Synthetic policy states (STATE_SCHEMA rows): three steps a task, ids stable per page, lists of 4 items."""
+    rng = random.Random(seed)
+    states = []
+    for t in range(n_tasks):
+        item = f"{rng.choice(COLOURS)} {rng.choice(ITEMS)}"
+        task_id, trajectory_id = f"shop-{t:03d}", f"shop-{t:03d}-a1"
+        instruction = f"Add the {item} to the cart"
+        results = [item, *(f"{rng.choice(COLOURS)} {rng.choice(ITEMS)}" for _ in range(3))]
+        rng.shuffle(results)
+        search_page = 'textbox "Search" [1]\nbutton "Go" [2]\nlink "Cart" [3]'
+        results_page = "\n".join(
+            [search_page, *(f'link "{name}" [{4 + i}]' for i, name in enumerate(results))]
+        )
+        item_page = f'heading "{item}" [1]\nbutton "Add to cart" [2]\nlink "Back" [3]'
+        steps = [
+            ("the search box is [1]", f'type(1, "{item}", submit=true)', search_page, "http://shop.test/"),
+            (f"open {item}", f"click({4 + results.index(item)})", results_page, "http://shop.test/search"),
+            ("add it to the cart", "click(2)", item_page, "http://shop.test/item"),
+        ]
+        previous: list[str] = []
+        for index, (thought, action, axtree, url) in enumerate(steps):
+            states.append(
+                {
+                    "state_id": f"{trajectory_id}:{index}",
+                    "task_id": task_id,
+                    "trajectory_id": trajectory_id,
+                    "step_index": index,
+                    "site": "shop",
+                    "instruction": instruction,
+                    "previous_actions": list(previous),
+                    "url": url,
+                    "axtree": axtree,
+                    "screenshot": None,
+                    "reference_thought": thought,
+                    "reference_action": action,
+                }
+            )
+            previous.append(action)
+    return states
+
+
+@pytest.fixture(scope="session")
+def tiny_states() -> list[dict]:
+    return make_states()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, tiny_states) -> Path:
+    """A saved tiny Qwen3-VL checkpoint directory (default architecture, 512-token vocabulary)."""
+    from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
+    from rmsweb_kedro.prompts import PromptConfig, build_messages
+
+    corpus = [
+        part["text"]
+        for state in tiny_states
+        for message in build_messages(state, PromptConfig(), with_reference=True)[0]
+        for part in message["content"]
+    ]
+    model, processor = build_tiny_model(corpus, {"vocab_size": 512})
+    path = tmp_path_factory.mktemp("tiny_checkpoint") / "model"
+    save_checkpoint(model, processor, path)
+    return path

@@ -1,1 +1,72 @@
-"""Shared web fixtures (sandbox server, browser env); owned by the sandbox area."""
+"""Shared web fixtures (sandbox server, task suite, browser env); owned by the sandbox area.
+
+``sandbox_server``: a running SandboxServer for the session (stops itself). ``sandbox_task_list``: the default suite.
+``browser_config``: a BrowserConfig pointing ``*.sandbox.test`` at that server. ``browser_env``: ONE BrowserEnv
+for the session (call ``reset(task)`` per episode). ``make_browser_env``: a factory for extra envs, closed after
+the test (create and use them in one thread).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rmsweb_kedro.schema import Task
+from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv
+from rmsweb_kedro.web.sandbox import SandboxParams, SandboxServer, generate_tasks
+
+
+def chromium_available() -> bool:
+    try:
+        BrowserConfig().executable_path()
+        return True
+    except FileNotFoundError:
+        return shutil.which("chromium") is not None
+
+
+@pytest.fixture(scope="session")
+def sandbox_server() -> Iterator[SandboxServer]:
+    with SandboxServer(port=0, seed=0) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def sandbox_task_list() -> list[Task]:
+    return generate_tasks(SandboxParams())
+
+
+@pytest.fixture(scope="session")
+def browser_config(sandbox_server: SandboxServer) -> BrowserConfig:
+    return BrowserConfig(host_resolver_rules=sandbox_server.host_resolver_rules)
+
+
+@pytest.fixture(scope="session")
+def browser_env(browser_config: BrowserConfig) -> Iterator[BrowserEnv]:
+    if not chromium_available():
+        pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
+    with BrowserEnv(browser_config) as env:
+        yield env
+
+
+@pytest.fixture
+def make_browser_env(browser_config: BrowserConfig) -> Iterator[Callable[..., BrowserEnv]]:
+    if not chromium_available():
+        pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
+    made: list[BrowserEnv] = []
+
+    def make(**overrides: object) -> BrowserEnv:
+        env = BrowserEnv(browser_config.model_copy(update=overrides))
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.close()
+
+
+@pytest.fixture
+def screenshot_dir(tmp_path: Path) -> Path:
+    return tmp_path / "shots"

@@ -26,9 +26,10 @@ import ast
 import re
 import unicodedata
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 
 class ActionType(StrEnum):
@@ -100,7 +101,8 @@ class Action(BaseModel):
         t = self.type
         has_point = self.x is not None or self.y is not None
         if t in TARGETED:
-            if (self.element is None) == (not has_point or self.x is None or self.y is None):
+            by_point = self.x is not None and self.y is not None
+            if (self.element is not None) + by_point != 1 or (has_point and not by_point):
                 raise ValueError(f"{t.value} needs exactly one target: an element id, or both x and y")
         elif self.element is not None or has_point:
             raise ValueError(f"{t.value} takes no target")
@@ -117,6 +119,14 @@ class Action(BaseModel):
             raise ValueError(f"{t.value} takes no amount")
         if self.element is not None and self.element < 0:
             raise ValueError("element ids are not negative")
+        # An empty key or url does nothing a browser can carry out; an empty text (clearing a field) can.
+        for name in ("key", "url"):
+            if getattr(self, name) is not None and not getattr(self, name).strip():
+                raise ValueError(f"{t.value} needs a non-empty {name}")
+        if self.amount is not None and self.amount <= 0:
+            raise ValueError("the scroll amount must be positive")
+        if self.seconds is not None and not 0 <= self.seconds < float("inf"):
+            raise ValueError("wait seconds must be a finite number >= 0")
         return self
 
     @property
@@ -140,6 +150,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+@lru_cache(maxsize=65_536)  # Action is immutable and hashable; a corpus repeats the same few thousand actions
 def format_action(action: Action) -> str:
     """The canonical text of ``action``; ``parse_action(format_action(a)) == a`` for every valid action."""
     t = action.type
@@ -158,7 +169,9 @@ def format_action(action: Action) -> str:
     else:
         value = action.argument
         if value is not None:
-            args.append(_quote(str(value)))
+            # After x=, y= a positional value would not parse: name it, type(x=10, y=20, text="Paris").
+            named = f"{ARGUMENT_FIELD[t]}=" if action.x is not None else ""
+            args.append(named + _quote(str(value)))
     if action.submit:
         args.append("submit=true")
     return f"{t.value}({', '.join(args)})"
@@ -174,18 +187,28 @@ def format_reply(thought: str | None, action: Action) -> str:
 # ---------------------------------------------------------------- parsing
 
 _ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
-_THOUGHT_LINE = re.compile(r"^\s*thought\s*:\s*(.*?)\s*(?=^\s*action\s*:|\Z)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+_THOUGHT_LINE = re.compile(
+    r"^\s*thought\s*:\s*(.*?)\s*(?=^\s*action\s*:|\Z)", re.IGNORECASE | re.MULTILINE | re.DOTALL
+)
 _CALL = re.compile(r"^\s*`*\s*([A-Za-z_][A-Za-z_ ]*?)\s*\((.*)\)\s*`*\s*\.?\s*$", re.DOTALL)
 _BOOLEAN_WORDS = {"true": True, "false": False}
+_CODE_FENCE = re.compile(r"^\s*```[A-Za-z]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
 
 def _literal(node: ast.expr, text: str) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool)):
         return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) in (int, float)
+    ):
         return -node.operand.value
     if isinstance(node, ast.Name):  # a bare word: true/false, or an unquoted string such as Enter
         return _BOOLEAN_WORDS.get(node.id.lower(), node.id)
+    if isinstance(node, ast.List) and len(node.elts) == 1:  # click([12]), as ids are shown in observations
+        return _literal(node.elts[0], text)
     if isinstance(node, ast.Tuple) and len(node.elts) == 2:  # click((320, 488))
         return tuple(_literal(e, text) for e in node.elts)
     raise ActionParseError(f"argument {ast.unparse(node)!r} is not a plain value", text)
@@ -201,7 +224,9 @@ def _split_call(call: str, text: str) -> tuple[str, list[Any], dict[str, Any]]:
     except SyntaxError as err:
         raise ActionParseError(f"the arguments of {name}(...) do not parse: {err.msg}", text) from None
     node = tree.body
-    assert isinstance(node, ast.Call)
+    # "click(1) or click(2)" or "click(1)(2)" match the pattern but are not one call.
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_"):
+        raise ActionParseError("expected exactly one action written as name(arguments), e.g. click(12)", text)
     positional = [_literal(a, text) for a in node.args]
     keywords: dict[str, Any] = {}
     for kw in node.keywords:
@@ -288,7 +313,9 @@ def _build(name: str, positional: list[Any], keywords: dict[str, Any], text: str
             raise ActionParseError("scroll needs a direction: up, down, left or right", text)
         fields["direction"] = _as_str(value, "the direction", text).strip().lower()
         if fields["direction"] not in ("up", "down", "left", "right"):
-            raise ActionParseError(f"scroll direction must be up, down, left or right, got {fields['direction']!r}", text)
+            raise ActionParseError(
+                f"scroll direction must be up, down, left or right, got {fields['direction']!r}", text
+            )
         amount = take("amount")
         if amount is not None:
             fields["amount"] = _as_int(amount, "the scroll amount", text)
@@ -303,7 +330,9 @@ def _build(name: str, positional: list[Any], keywords: dict[str, Any], text: str
         if action_type == ActionType.STOP:
             value = value.strip().lower()
             if value not in ("success", "failure", "infeasible"):
-                raise ActionParseError(f"stop status must be success, failure or infeasible, got {value!r}", text)
+                raise ActionParseError(
+                    f"stop status must be success, failure or infeasible, got {value!r}", text
+                )
         fields[field] = value
     elif action_type == ActionType.WAIT:
         seconds = take("seconds")
@@ -315,8 +344,9 @@ def _build(name: str, positional: list[Any], keywords: dict[str, Any], text: str
         raise ActionParseError(f"{name} got unknown arguments: {', '.join(sorted(keywords))}", text)
     try:
         return Action(**fields)
-    except ValueError as err:
-        raise ActionParseError(f"{name}: {err}", text) from None
+    except ValidationError as err:
+        reasons = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+        raise ActionParseError(f"{name}: {reasons}", text) from None
 
 
 def parse_action(text: str) -> Action:
@@ -326,11 +356,21 @@ def parse_action(text: str) -> Action:
     lines = _ACTION_LINE.findall(text)
     if len(lines) > 1:
         raise ActionParseError("more than one 'Action:' line; exactly one action is allowed", text)
-    call = lines[0] if lines else text.strip()
+    fenced = _CODE_FENCE.match(text) if not lines else None
+    call = lines[0] if lines else (fenced.group(1) if fenced else text).strip()
     if not lines and "\n" in call:
         raise ActionParseError("no 'Action:' line and the text is not a single action", text)
-    name, positional, keywords = _split_call(call, text)
-    return _build(name, positional, keywords, text)
+    try:
+        return _parse_call(call)
+    except ActionParseError as err:
+        raise ActionParseError(err.reason, text) from None
+
+
+@lru_cache(maxsize=65_536)
+def _parse_call(call: str) -> Action:
+    # Cached: a corpus repeats the same few thousand action texts, and Action is immutable.
+    name, positional, keywords = _split_call(call, call)
+    return _build(name, positional, keywords, call)
 
 
 def parse_reply(text: str) -> tuple[str | None, Action]:
@@ -346,6 +386,22 @@ def parse_reply(text: str) -> tuple[str | None, Action]:
 _SPACE = re.compile(r"\s+")
 _NUMBER_NOISE = re.compile(r"(?<=\d)[,\s](?=\d{3}\b)")
 _CURRENCY = re.compile(r"[$€£¥]|\b(usd|eur|gbp)\b")
+# 12.50 -> 12.5 and 1200.00 -> 1200; the second group keeps what follows (a space, a unit, the end).
+_TRAILING_ZEROS = re.compile(r"(\d+\.\d*?)0+(?!\d)(\D|$)")
+_KEY_ALIASES = {
+    "return": "enter",
+    "esc": "escape",
+    "del": "delete",
+    "spacebar": "space",
+    "pgdn": "pagedown",
+    "pgup": "pageup",
+    "page down": "pagedown",
+    "page up": "pageup",
+    "arrowdown": "down",
+    "arrowup": "up",
+    "arrowleft": "left",
+    "arrowright": "right",
+}
 
 
 def normalize_text(value: str) -> str:
@@ -360,8 +416,14 @@ def normalize_answer(value: str) -> str:
     """``normalize_text`` plus number/currency clean-up: '$1,200.00' and '1200 USD' both become '1200'."""
     value = _CURRENCY.sub("", normalize_text(value))
     value = _NUMBER_NOISE.sub("", value)
-    value = re.sub(r"(\d+)\.0+\b", r"\1", value)
+    value = _TRAILING_ZEROS.sub(lambda m: m.group(1).rstrip(".") + m.group(2), value)
     return _SPACE.sub(" ", value).strip()
+
+
+def normalize_key(value: str) -> str:
+    """A key name as equivalence sees it: 'Return' and 'Enter' are one key, 'ArrowDown' and 'Down' another."""
+    parts = [p.strip() for p in normalize_text(value).split("+")]
+    return "+".join(_KEY_ALIASES.get(p, p) for p in parts)
 
 
 def normalize_url(value: str) -> str:
@@ -380,7 +442,7 @@ def normalized_argument(action: Action) -> Any:
     if t == ActionType.SELECT_OPTION:
         return normalize_text(action.option or "")
     if t == ActionType.PRESS:
-        return normalize_text(action.key or "").replace("return", "enter")
+        return normalize_key(action.key or "")
     if t == ActionType.SCROLL:
         return action.direction
     if t == ActionType.GOTO:
@@ -405,4 +467,8 @@ def semantically_equal(a: Action | None, b: Action | None, tolerance_px: float =
     """True when both actions *do* the same thing: same type, same target, same normalised argument."""
     if a is None or b is None:
         return False
-    return a.type == b.type and same_target(a, b, tolerance_px) and normalized_argument(a) == normalized_argument(b)
+    return (
+        a.type == b.type
+        and same_target(a, b, tolerance_px)
+        and normalized_argument(a) == normalized_argument(b)
+    )

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rmsweb_kedro.actions import Action, format_action
+from rmsweb_kedro.actions import Action, format_action, parse_action
 
 TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user"]
 Level = Literal["easy", "medium", "hard"]
@@ -109,6 +109,12 @@ class Step(_Record):
     raw_output: str | None = None
     error: str | None = None
 
+    @field_validator("action", mode="before")
+    @classmethod
+    def _action_text(cls, value: Any) -> Any:
+        # Hand-written files may give the action in its text form, "click(12)", instead of its JSON object.
+        return parse_action(value) if isinstance(value, str) else value
+
     @field_validator("screenshot")
     @classmethod
     def _relative_inside(cls, value: str | None) -> str | None:
@@ -117,7 +123,9 @@ class Step(_Record):
         if not value.strip():
             raise ValueError("screenshot path is empty")
         if value.startswith(("/", "\\")) or (len(value) > 1 and value[1] == ":"):
-            raise ValueError(f"screenshot path {value!r} is absolute; it must be relative to the trajectory file")
+            raise ValueError(
+                f"screenshot path {value!r} is absolute; it must be relative to the trajectory file"
+            )
         if ".." in value.replace("\\", "/").split("/"):
             raise ValueError(f"screenshot path {value!r} escapes the data folder")
         return value
@@ -145,7 +153,11 @@ class Trajectory(_Record):
     @field_validator("steps")
     @classmethod
     def _indices_in_order(cls, steps: list[Step]) -> list[Step]:
+        seen: set[int] = set()
         for position, step in enumerate(steps):
+            if step.index in seen:
+                raise ValueError(f"step index {step.index} appears twice (again at position {position})")
+            seen.add(step.index)
             if step.index != position:
                 raise ValueError(
                     f"step indices must run 0, 1, 2, ... in order; position {position} has index {step.index}"
@@ -233,7 +245,9 @@ def trajectory_row(trajectory: Trajectory, source_file: str) -> dict[str, Any]:
         "attempt": trajectory.attempt,
         "mode": trajectory.mode,
         "reflections": trajectory.reflections,
-        "success": trajectory.success if trajectory.success is not None else (verdict.success if verdict else None),
+        "success": trajectory.success
+        if trajectory.success is not None
+        else (verdict.success if verdict else None),
         "judge": verdict.judge if verdict else None,
         "judge_reason": verdict.reason if verdict else None,
         "termination": trajectory.termination,
@@ -279,7 +293,9 @@ def task_row(task: Task) -> dict[str, Any]:
         "reference_length": task.reference_length,
         "split": task.split,
         "judge": task.judge.model_dump_json(),
-        "reference_solution": json.dumps(task.reference_solution) if task.reference_solution is not None else None,
+        "reference_solution": json.dumps(task.reference_solution)
+        if task.reference_solution is not None
+        else None,
         "metadata": json.dumps(task.metadata),
     }
 
@@ -290,7 +306,9 @@ def task_from_row(row: dict[str, Any]) -> Task:
 
     fields = dict(row)
     fields["judge"] = JudgeSpec.model_validate_json(fields["judge"])
-    fields["reference_solution"] = json.loads(fields["reference_solution"]) if fields.get("reference_solution") else None
+    fields["reference_solution"] = (
+        json.loads(fields["reference_solution"]) if fields.get("reference_solution") else None
+    )
     fields["metadata"] = json.loads(fields.get("metadata") or "{}")
     return Task(**fields)
 

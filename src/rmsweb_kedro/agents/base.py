@@ -19,6 +19,11 @@ class Decision:
     raw_output: str = ""
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
+    #: True when the role produced no output at all (its endpoint still failed after its retries): the episode
+    #: ends with termination "model_error" instead of going on.
+    fatal: bool = False
+    #: Cost of this decision in US dollars (endpoint prices per million tokens; 0 for local or scripted roles).
+    cost_usd: float = 0.0
 
 
 class Agent(Protocol):
@@ -26,7 +31,9 @@ class Agent(Protocol):
 
     name: str
 
-    def act(self, task: Task, observation: Observation, history: list[Step], reflections: list[str]) -> Decision: ...
+    def act(
+        self, task: Task, observation: Observation, history: list[Step], reflections: list[str]
+    ) -> Decision: ...
 
 
 class Reflector(Protocol):
@@ -34,7 +41,9 @@ class Reflector(Protocol):
 
     name: str
 
-    def reflect(self, task: Task, steps: list[Step], verdict: Verdict, final_answer: str | None) -> tuple[str, Usage]: ...
+    def reflect(
+        self, task: Task, steps: list[Step], verdict: Verdict, final_answer: str | None
+    ) -> tuple[str, Usage]: ...
 
 
 class Judge(Protocol):
@@ -42,4 +51,6 @@ class Judge(Protocol):
 
     name: str
 
-    def judge(self, task: Task, steps: list[Step], final_answer: str | None, context: dict) -> tuple[Verdict, Usage]: ...
+    def judge(
+        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
+    ) -> tuple[Verdict, Usage]: ...

@@ -1,0 +1,80 @@
+"""BrowserEnv performance: step latency with a screenshot, and throughput with 1, 2 and 4 parallel envs.
+
+    .venv/bin/python benchmarks/browser_env.py [--tasks 12] [--envs 1 2 4]
+
+Targets (docs/sandbox.md): median step <= 150 ms; 4 envs >= 1.5x the throughput of 1 env. The workload is the
+reference solutions of sandbox tasks without ``wait`` steps (a wait is a fixed second by design), each step with
+a PNG screenshot. Figures are noisy on a shared machine: the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from rmsweb_kedro.schema import Task
+from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, run_parallel
+from rmsweb_kedro.web.sandbox import SandboxParams, SandboxServer, generate_tasks, resolve_step
+
+
+def workload(count: int) -> list[Task]:
+    """``count`` tasks spread over the templates, none with a wait step."""
+    tasks = [
+        t for t in generate_tasks(SandboxParams()) if all(s["action"] != "wait" for s in t.reference_solution)
+    ]
+    templates = sorted({t.metadata["template"] for t in tasks})
+    by_template = {name: [t for t in tasks if t.metadata["template"] == name] for name in templates}
+    return [by_template[templates[i % len(templates)]][i // len(templates)] for i in range(count)]
+
+
+def play(env: BrowserEnv, task: Task, folder: str) -> list[float]:
+    """Step latencies (seconds) of one reference play."""
+    observation = env.reset(task, os.path.join(folder, task.id))
+    latencies = []
+    for step in task.reference_solution:
+        action = resolve_step(step, observation)
+        started = time.perf_counter()
+        observation = env.step(action)
+        latencies.append(time.perf_counter() - started)
+        if observation.error:
+            raise RuntimeError(f"{task.id}: {observation.error}")
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=12, help="episodes per throughput measurement")
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 2, 4])
+    args = parser.parse_args()
+    tasks = workload(args.tasks)
+    with SandboxServer() as server, tempfile.TemporaryDirectory() as folder:
+        config = BrowserConfig(host_resolver_rules=server.host_resolver_rules)
+        with BrowserEnv(config) as env:  # warm-up, then latency over the whole workload on one env
+            play(env, tasks[0], folder)
+            latencies = sorted(x for task in tasks for x in play(env, task, folder))
+        median = statistics.median(latencies) * 1000
+        p95 = latencies[int(0.95 * (len(latencies) - 1))] * 1000
+        print(f"step latency with screenshot: median {median:.0f} ms, p95 {p95:.0f} ms over {len(latencies)} steps "
+              f"(target median <= 150 ms: {'met' if median <= 150 else 'NOT met'})")  # fmt: skip
+        throughput = {}
+        for n_envs in args.envs:
+            started = time.perf_counter()
+            results = run_parallel(lambda env, task: play(env, task, folder), tasks, n_envs, config)
+            elapsed = time.perf_counter() - started
+            failures = [r for r in results if isinstance(r, BaseException)]
+            steps = sum(len(r) for r in results if not isinstance(r, BaseException))
+            throughput[n_envs] = steps / elapsed
+            print(f"{n_envs} env(s): {steps} steps in {elapsed:.1f} s = {throughput[n_envs]:.2f} steps/s "
+                  f"(browser start included; {len(failures)} failed episodes)")  # fmt: skip
+        if 1 in throughput:
+            for n_envs, value in throughput.items():
+                if n_envs != 1:
+                    print(f"  {n_envs} envs vs 1 env: {value / throughput[1]:.2f}x")
+    print(f"load average (1, 5, 15 min): {os.getloadavg()} on {os.cpu_count()} CPUs (shared machine)")
+
+
+if __name__ == "__main__":
+    main()

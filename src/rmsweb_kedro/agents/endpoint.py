@@ -1,0 +1,172 @@
+"""One OpenAI-compatible chat endpoint (vLLM, SGLang, ``transformers serve``, a hosted API): configuration,
+credentials, multimodal message parts, retries with backoff, token usage and cost.
+
+Every OpenAI-compatible role (teacher, reflector, judges) talks through :class:`ChatEndpoint`, so they share one
+retry policy and one cost account.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rmsweb_kedro.schema import Usage
+
+logger = logging.getLogger(__name__)
+
+
+class EndpointConfig(BaseModel):
+    """Where and how to call a model. ``api_key`` normally comes from ``conf/local/credentials.yml`` (see
+    :func:`resolve_api_key`), never from a committed file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    credentials: str | None = None  # a key of conf/local/credentials.yml holding {api_key: ...}
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    backoff_s: float = Field(default=1.0, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    temperature: float = 0.0
+    max_tokens: int = Field(default=512, gt=0)
+    #: US dollars per million tokens (0 for a local server).
+    price_prompt_per_million: float = Field(default=0.0, ge=0)
+    price_completion_per_million: float = Field(default=0.0, ge=0)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+def resolve_api_key(
+    config: EndpointConfig, credentials_file: str | Path = "conf/local/credentials.yml"
+) -> str:
+    """The API key: the config's own, else ``credentials_file[config.credentials].api_key``, else the
+    environment variable ``config.api_key_env``, else ``"EMPTY"`` (local servers need none)."""
+    import os
+
+    if config.api_key:
+        return config.api_key
+    if config.credentials:
+        import yaml
+
+        path = Path(credentials_file)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path}: credentials file missing; it should hold {config.credentials}: {{api_key: ...}}"
+            )
+        entry = (yaml.safe_load(path.read_text()) or {}).get(config.credentials)
+        if not isinstance(entry, dict) or not entry.get("api_key"):
+            raise KeyError(f"{path}: no '{config.credentials}.api_key' entry")
+        return str(entry["api_key"])
+    if config.api_key_env and os.environ.get(config.api_key_env):
+        return os.environ[config.api_key_env]
+    return "EMPTY"
+
+
+def image_part(png_path: str | Path) -> dict[str, Any]:
+    """An OpenAI ``image_url`` content part carrying the PNG file inline as base64."""
+    data = base64.b64encode(Path(png_path).read_bytes()).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+class EndpointError(RuntimeError):
+    """The endpoint still failed after every retry; ``failures`` lists what each try got."""
+
+    def __init__(self, message: str, failures: list[str]):
+        super().__init__(message)
+        self.failures = failures
+
+
+@dataclass
+class Completion:
+    text: str
+    usage: Usage
+    cost_usd: float
+    failures: list[str] = field(default_factory=list)  # retried errors before this success
+
+
+class ChatEndpoint:
+    """Chat completions with retries and exponential backoff on 429, 5xx, timeouts and refused connections;
+    other errors (400, 401, 404) fail at once since retrying cannot fix them."""
+
+    def __init__(
+        self,
+        config: EndpointConfig,
+        credentials_file: str | Path = "conf/local/credentials.yml",
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        from openai import OpenAI
+
+        self.config = config
+        self._sleep = sleep
+        # The client's own retries are off: this class retries, so every failure is counted and logged.
+        self._client = OpenAI(
+            base_url=config.base_url,
+            api_key=resolve_api_key(config, credentials_file),
+            timeout=config.timeout_s,
+            max_retries=0,
+        )
+
+    def cost(self, usage: Usage) -> float:
+        """US dollars for ``usage`` at this endpoint's prices."""
+        c = self.config
+        return (
+            usage.prompt_tokens * c.price_prompt_per_million
+            + usage.completion_tokens * c.price_completion_per_million
+        ) / 1e6
+
+    def complete(self, messages: list[dict[str, Any]], max_tokens: int | None = None) -> Completion:
+        """One chat completion's text and usage. Raises :class:`EndpointError` when every try failed."""
+        import openai
+
+        retryable = (
+            openai.RateLimitError,
+            openai.InternalServerError,
+            openai.APITimeoutError,
+            openai.APIConnectionError,
+        )
+        failures: list[str] = []
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                response = self._client.chat.completions.create(
+                    model=self.config.model,
+                    messages=messages,
+                    temperature=self.config.temperature,
+                    max_tokens=max_tokens or self.config.max_tokens,
+                    extra_body=self.config.extra_body or None,
+                )
+            except openai.APIStatusError as err:
+                failures.append(f"HTTP {err.status_code}: {str(err)[:200]}")
+                if not isinstance(err, retryable) and err.status_code < 500:
+                    raise EndpointError(f"{self.config.base_url}: {failures[-1]}", failures) from err
+            except retryable as err:
+                failures.append(f"{type(err).__name__}: {str(err)[:200]}")
+            else:
+                text = (response.choices[0].message.content or "") if response.choices else ""
+                raw_usage = response.usage
+                usage = Usage(
+                    prompt_tokens=getattr(raw_usage, "prompt_tokens", 0) or 0,
+                    completion_tokens=getattr(raw_usage, "completion_tokens", 0) or 0,
+                )
+                return Completion(text=text, usage=usage, cost_usd=self.cost(usage), failures=failures)
+            if attempt < self.config.max_retries:
+                delay = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
+                logger.warning(
+                    "%s: %s; retry %d in %.1f s", self.config.base_url, failures[-1], attempt + 1, delay
+                )
+                self._sleep(delay)
+        raise EndpointError(
+            f"{self.config.base_url}: failed {len(failures)} times; last: {failures[-1]}", failures
+        )

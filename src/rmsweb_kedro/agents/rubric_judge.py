@@ -1,0 +1,194 @@
+"""WebTailBench's rubric verifier over any OpenAI-compatible chat endpoint.
+
+The judge model scores every criterion of the task's precomputed rubric (``task.judge.config["rubric"]``: criterion,
+description, max_points, optional condition) from the task, the agent's actions, its final answer and the last
+screenshots. The score is earned / total over the applicable criteria; the attempt succeeds when the score reaches
+the threshold (0.8, WebTailBench's outcome mode). A criterion with a condition the judge says does not hold leaves
+the total; an unconditional one always counts. The verdict records protocol, model, prompt version and threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointError, image_part, text_part
+from rmsweb_kedro.agents.openai_roles import action_history
+from rmsweb_kedro.schema import Step, Task, Usage, Verdict
+
+logger = logging.getLogger(__name__)
+
+PROMPT_VERSION = "rubric-v1"
+DEFAULT_THRESHOLD = 0.8
+
+SYSTEM_PROMPT = """You verify the work of a web agent against a grading rubric.
+You receive the task, the rubric (numbered criteria with maximum points, some with a condition under which they
+apply), the agent's actions, its final answer and the last screenshots it saw.
+Score every criterion by what the actions and screenshots show. Give no points for claims the evidence does not
+support. A criterion with a condition applies only when its condition holds; say so with "applicable".
+Reply with JSON only, one entry per criterion, in rubric order:
+{"items": [{"index": 0, "applicable": true, "earned_points": 2, "justification": "..."}]}"""
+
+
+class RubricReplyError(ValueError):
+    """The judge's reply is not the JSON the prompt asks for."""
+
+
+def rubric_items(task: Task) -> list[dict[str, Any]]:
+    """The task's rubric criteria; a task without one cannot be judged by this verifier."""
+    items = task.judge.config.get("rubric")
+    if task.judge.kind != "rubric" or not items:
+        raise ValueError(f"task {task.id!r} has no rubric (judge kind {task.judge.kind!r})")
+    return items
+
+
+def render_rubric(items: list[dict[str, Any]]) -> str:
+    lines = []
+    for index, item in enumerate(items):
+        line = f"[{index}] ({item['max_points']:g} points) {item['criterion']}: {item.get('description', '')}"
+        if item.get("condition"):
+            line += f"\n    Condition: {item['condition']}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def parse_rubric_reply(text: str, n_items: int) -> list[dict[str, Any]]:
+    """The judged items of a reply, by rubric index (tolerates a ```json fence and text around the object)."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise RubricReplyError("no JSON object in the reply")
+    try:
+        document = json.loads(text[start : end + 1])
+    except json.JSONDecodeError as err:
+        raise RubricReplyError(f"the JSON does not parse: {err.msg}") from None
+    items = document.get("items") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise RubricReplyError('the reply has no "items" list')
+    judged: list[dict[str, Any]] = [{} for _ in range(n_items)]
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RubricReplyError(f"items[{position}] is not an object")
+        index = item.get("index", position)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_items:
+            raise RubricReplyError(f"items[{position}] has index {index!r}, outside 0..{n_items - 1}")
+        points = item.get("earned_points")
+        if isinstance(points, bool) or not isinstance(points, (int, float)):
+            raise RubricReplyError(f"items[{position}].earned_points is not a number: {points!r}")
+        judged[index] = item
+    return judged
+
+
+def score_rubric(items: list[dict[str, Any]], judged: list[dict[str, Any]]) -> dict[str, Any]:
+    """Earned and total points over the applicable criteria (points clamped to 0..max; unscored criteria earn 0)."""
+    earned = total = 0.0
+    scored = []
+    for item, verdict in zip(items, judged, strict=True):
+        # Only a conditional criterion may drop out; an unconditional one always counts.
+        applicable = not (item.get("condition") and verdict.get("applicable") is False)
+        points = min(max(float(verdict.get("earned_points", 0.0)), 0.0), float(item["max_points"]))
+        if applicable:
+            earned += points
+            total += float(item["max_points"])
+        scored.append(
+            {
+                "criterion": item["criterion"],
+                "max_points": item["max_points"],
+                "applicable": applicable,
+                "earned_points": points if applicable else 0.0,
+                "justification": str(verdict.get("justification", ""))
+                if verdict
+                else "not scored by the judge",
+            }
+        )
+    return {"earned": earned, "total": total, "score": earned / total if total else 0.0, "items": scored}
+
+
+class RubricJudge:
+    """The :class:`~rmsweb_kedro.agents.base.Judge` for rubric tasks (WebTailBench), through a
+    :class:`~rmsweb_kedro.agents.endpoint.ChatEndpoint` (its retries and cost account).
+    ``context["screenshots"]``: the attempt's PNG paths, oldest first (optional)."""
+
+    protocol = "webtailbench-rubric"
+
+    def __init__(
+        self,
+        endpoint: ChatEndpoint,
+        threshold: float = DEFAULT_THRESHOLD,
+        last_k: int = 3,
+        reply_attempts: int = 2,
+    ):
+        self.endpoint = endpoint
+        self.threshold = threshold
+        self.last_k = last_k
+        self.reply_attempts = reply_attempts
+        self.name = f"rubric/{endpoint.config.model}/{PROMPT_VERSION}"
+
+    def cost_of(self, usage: Usage) -> float:
+        return self.endpoint.cost(usage)
+
+    def _details(self, **extra: Any) -> dict:
+        return {
+            "protocol": self.protocol,
+            "model": self.endpoint.config.model,
+            "prompt_version": PROMPT_VERSION,
+            "thresholds": {"success_score": self.threshold, "last_k_screenshots": self.last_k},
+            **extra,
+        }
+
+    def messages(
+        self, task: Task, steps: list[Step], final_answer: str | None, screenshots: list[str]
+    ) -> list:
+        text = (
+            f"Task: {task.instruction}\n\nRubric:\n{render_rubric(rubric_items(task))}\n\n"
+            f"Agent actions:\n{action_history(steps)}\n\nFinal answer: {final_answer or '(none)'}"
+        )
+        shots = screenshots[-self.last_k :] if self.last_k else []
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": [text_part(text)] + [image_part(p) for p in shots]},
+        ]
+
+    def judge(
+        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
+    ) -> tuple[Verdict, Usage]:
+        items = rubric_items(task)
+        screenshots = [str(p) for p in context.get("screenshots", []) if p and Path(p).is_file()]
+        messages = self.messages(task, steps, final_answer, screenshots)
+        usage, reply, error = Usage(), "", ""
+        for attempt in range(1, self.reply_attempts + 1):
+            try:
+                completion = self.endpoint.complete(messages, max_tokens=1024)
+            except EndpointError as err:
+                details = self._details(error=f"judge endpoint error: {err}")
+                return Verdict(
+                    success=False, reason=details["error"], judge=self.name, details=details
+                ), usage
+            usage = Usage(
+                prompt_tokens=usage.prompt_tokens + completion.usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens + completion.usage.completion_tokens,
+            )
+            reply = completion.text
+            try:
+                judged = parse_rubric_reply(reply, len(items))
+            except RubricReplyError as err:
+                error = err.args[0]
+                logger.warning("rubric judge reply for %s unusable (try %d): %s", task.id, attempt, error)
+                continue
+            result = score_rubric(items, judged)
+            success = result["total"] > 0 and result["score"] >= self.threshold
+            reason = (
+                f"earned {result['earned']:g} of {result['total']:g} points "
+                f"({result['score']:.0%}; success from {self.threshold:.0%})"
+            )
+            return Verdict(
+                success=success, reason=reason, judge=self.name, details=self._details(**result)
+            ), usage
+        # An unusable reply is the judge's failure, not the agent's; "error" marks it, as the other judges do.
+        details = self._details(
+            error=f"judge reply unusable after {self.reply_attempts} tries: {error}", raw_output=reply[:2000]
+        )
+        return Verdict(
+            success=False, reason="judge reply unparseable", judge=self.name, details=details
+        ), usage

@@ -1,0 +1,24 @@
+"""Public benchmark task files (WebVoyager, Online-Mind2Web, WebTailBench) as :class:`~rmsweb_kedro.schema.Task`
+records, and the command that downloads them."""
+
+from rmsweb_kedro.benchmarks_data.loaders import (
+    BenchmarkFileError,
+    LoadResult,
+    load_folder,
+    load_gaia_web,
+    load_online_mind2web,
+    load_webtailbench,
+    load_webvoyager,
+    load_webvoyager_reference_answers,
+)
+
+__all__ = [
+    "BenchmarkFileError",
+    "LoadResult",
+    "load_folder",
+    "load_gaia_web",
+    "load_online_mind2web",
+    "load_webtailbench",
+    "load_webvoyager",
+    "load_webvoyager_reference_answers",
+]

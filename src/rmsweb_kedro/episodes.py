@@ -1,0 +1,201 @@
+"""One attempt at one task: drive a browser environment with an agent, judge the outcome, return a Trajectory.
+
+Collection, evaluation and mining all run episodes through :func:`run_episode`. The environment is anything with
+``reset(task, screenshot_dir=...) -> Observation`` and ``step(action) -> Observation`` (the sandbox's
+``BrowserEnv``); the agent and judge follow :mod:`rmsweb_kedro.agents.base`.
+
+Environment failures (an exception from the env, or an observation flagged ``env_error``: a crash, a page-load
+timeout) restart the attempt from scratch a few times; if they persist, the trajectory ends with
+``termination="env_error"`` and no verdict, so it never counts as the agent's success or failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+from rmsweb_kedro.actions import ActionType
+from rmsweb_kedro.agents.base import Agent, Judge
+from rmsweb_kedro.schema import CollectionMode, Observation, Step, Task, Termination, Trajectory, Usage
+
+logger = logging.getLogger(__name__)
+
+
+class Env(Protocol):
+    def reset(self, task: Task, screenshot_dir: str | None = None) -> Observation: ...
+
+    def step(self, action: Any) -> Observation: ...
+
+
+class EnvironmentFailure(RuntimeError):
+    """The environment, not the agent, failed (raised inside an attempt, then retried)."""
+
+
+def _add_usage(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        completion_tokens=a.completion_tokens + b.completion_tokens,
+    )
+
+
+def final_answer(steps: list[Step]) -> str | None:
+    """The text of the attempt's last ``answer(...)`` action, if any."""
+    answers = [s.action.text for s in steps if s.action is not None and s.action.type == ActionType.ANSWER]
+    return answers[-1] if answers else None
+
+
+def _relative(path: str | None, root: Path | None) -> str | None:
+    if not path or root is None:
+        return None
+    rel = os.path.relpath(Path(path).resolve(), root.resolve())
+    return None if rel.startswith("..") else Path(rel).as_posix()
+
+
+def _checked(observation: Observation, doing: str) -> Observation:
+    if observation.env_error:
+        raise EnvironmentFailure(f"{doing}: {observation.error or 'environment error'}")
+    return observation
+
+
+def _play(
+    env: Env,
+    task: Task,
+    agent: Agent,
+    max_steps: int,
+    reflections: list[str],
+    shots: Path,
+    relative_to: Path | None,
+    max_unparsed: int,
+) -> tuple[list[Step], Termination, Usage, float, list[str]]:
+    """One try: steps, termination, the agent's usage and cost, every observation's screenshot (absolute)."""
+    try:
+        observation = env.reset(task, screenshot_dir=str(shots))
+    except Exception as err:  # a crashed browser or server: the environment's failure, never the agent's
+        raise EnvironmentFailure(f"reset: {type(err).__name__}: {err}") from err
+    observation = _checked(observation, "reset")
+    steps: list[Step] = []
+    usage, cost, screenshots = Usage(), 0.0, [observation.screenshot] if observation.screenshot else []
+    unparsed_in_a_row = 0
+    while len(steps) < max_steps:
+        decision = agent.act(task, observation, steps, reflections)
+        usage, cost = _add_usage(usage, decision.usage), cost + decision.cost_usd
+        step = Step(
+            index=len(steps),
+            url=observation.url,
+            screenshot=_relative(observation.screenshot, relative_to),
+            axtree=observation.axtree,
+            thought=decision.thought,
+            action=decision.action,
+            raw_output=decision.raw_output or None,
+            error=decision.error,
+        )
+        steps.append(step)
+        if decision.fatal:
+            return steps, "model_error", usage, cost, screenshots
+        if decision.action is None:
+            unparsed_in_a_row += 1
+            if unparsed_in_a_row >= max_unparsed:
+                return steps, "model_error", usage, cost, screenshots
+            continue
+        unparsed_in_a_row = 0
+        if decision.action.type in (ActionType.ANSWER, ActionType.STOP):
+            return (
+                steps,
+                ("answer" if decision.action.type == ActionType.ANSWER else "stop"),
+                usage,
+                cost,
+                screenshots,
+            )
+        try:
+            observation = env.step(decision.action)
+        except Exception as err:
+            raise EnvironmentFailure(f"step {step.index}: {type(err).__name__}: {err}") from err
+        observation = _checked(observation, f"step {step.index} {decision.action}")
+        if observation.screenshot:
+            screenshots.append(observation.screenshot)
+        step.error = step.error or observation.error
+    return steps, "max_steps", usage, cost, screenshots
+
+
+def run_episode(
+    env: Env,
+    task: Task,
+    agent: Agent,
+    judge: Judge,
+    max_steps: int,
+    reflections: list[str] | None = None,
+    *,
+    attempt: int = 1,
+    mode: CollectionMode = "single",
+    trajectory_id: str | None = None,
+    screenshot_dir: str | Path | None = None,
+    relative_to: str | Path | None = None,
+    env_retries: int = 2,
+    max_unparsed: int = 3,
+    metadata: dict[str, Any] | None = None,
+) -> Trajectory:
+    """Run one attempt of ``agent`` on ``task`` in ``env`` and judge it.
+
+    Screenshots go to ``screenshot_dir`` (emptied first: it belongs to this attempt) and steps record them relative
+    to ``relative_to`` (the folder of the trajectory file); without ``screenshot_dir`` they go to a temporary folder (the judge still sees them) and
+    steps record none. An unparseable reply is a recorded step (``action=None``, ``error``) and the attempt goes
+    on; ``max_unparsed`` of them in a row, or a role whose endpoint is down (``Decision.fatal``), end it with
+    ``termination="model_error"``, judged as a failure. Environment failures restart the attempt up to
+    ``env_retries`` times, then end it with ``termination="env_error"``, ``success=None`` and no verdict.
+    """
+    reflections = list(reflections or [])
+    root = Path(relative_to) if relative_to is not None else None
+    temporary = tempfile.TemporaryDirectory(prefix="episode-") if screenshot_dir is None else None
+    shots = Path(temporary.name if temporary else screenshot_dir)  # type: ignore[arg-type]
+    record = Trajectory(
+        id=trajectory_id or f"{task.id}__{mode}__a{attempt}",
+        task_id=task.id,
+        site=task.site,
+        instruction=task.instruction,
+        attempt=attempt,
+        mode=mode,
+        reflections=reflections,
+        steps=[],
+        producer=getattr(agent, "name", type(agent).__name__),
+        metadata=dict(metadata or {}),
+    )
+    env_errors: list[str] = []
+    try:
+        for _ in range(env_retries + 1):
+            if shots.exists():
+                shutil.rmtree(shots)  # a restarted attempt must not keep the failed try's screenshots
+            shots.mkdir(parents=True)
+            try:
+                steps, termination, usage, cost, screenshots = _play(
+                    env,
+                    task,
+                    agent,
+                    max_steps,
+                    reflections,
+                    shots,
+                    root if temporary is None else None,
+                    max_unparsed,
+                )
+            except EnvironmentFailure as err:
+                logger.warning("%s attempt %d: environment failure, restarting: %s", task.id, attempt, err)
+                env_errors.append(str(err))
+                continue
+            context = {"screenshots": screenshots, "session_id": getattr(env, "session_id", None), "env": env}
+            verdict, judge_usage = judge.judge(task, steps, final_answer(steps), context)
+            judge_cost = getattr(judge, "cost_of", lambda _usage: 0.0)(judge_usage)
+            record.steps, record.termination, record.verdict = steps, termination, verdict
+            record.success = verdict.success
+            record.usage, record.cost_usd = _add_usage(usage, judge_usage), cost + judge_cost
+            break
+        else:
+            record.termination, record.success, record.verdict = "env_error", None, None
+        if env_errors:
+            record.metadata["env_errors"] = env_errors
+        return Trajectory.model_validate(record.model_dump())
+    finally:
+        if temporary is not None:
+            temporary.cleanup()

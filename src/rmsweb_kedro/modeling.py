@@ -1,0 +1,286 @@
+"""Qwen3-VL models: load any local Qwen3-VL-Instruct checkpoint, or build the tiny embedded default.
+
+The same :func:`load_model` loads the tiny checkpoint that :func:`build_tiny_model` saves and a real
+``Qwen3-VL-8B-Instruct`` directory. No torchvision is needed: the processor is the stock ``Qwen3VLProcessor`` with
+no video processor and the PIL image processor (torchvision does not import beside the CPU torch build here).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+logger = logging.getLogger(__name__)
+
+#: Qwen's special tokens, in Qwen's order, so ids and the chat template match the real models' conventions.
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+
+#: Qwen's ``<|im_start|>`` chat template (images as ``<|vision_start|><|image_pad|><|vision_end|>``), with
+#: ``{% generation %}`` around what the assistant writes (its text and ``<|im_end|>``) so the tokenizer can return
+#: assistant masks for training.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['content'] is string %}{%- set parts = [{'type': 'text', 'text': message['content']}] %}"
+    "{%- else %}{%- set parts = message['content'] %}{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{%- generation %}"
+    "{%- for part in parts %}{%- if part['type'] == 'text' %}{{- part['text'] }}{%- endif %}{%- endfor %}"
+    "{{- '<|im_end|>' }}"
+    "{%- endgeneration %}"
+    "{%- else %}"
+    "{%- for part in parts %}"
+    "{%- if part['type'] == 'image' or 'image' in part %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'text' %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>' }}"
+    "{%- endif %}"
+    "{{- '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+class LoadedModel(NamedTuple):
+    """A model and its processor, as the checkpoint dataset loads and saves them."""
+
+    model: Any
+    processor: Any
+
+
+class TinyModelConfig(BaseModel):
+    """The embedded default's size. Defaults: the measured 0.9M-param text recipe plus a small vision tower."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: int = Field(default=2048, description="BPE vocabulary target, special tokens included")
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 384
+    max_position_embeddings: int = 2048
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
+    vision_hidden_size: int = 64
+    vision_depth: int = 2
+    vision_heads: int = 2
+    vision_intermediate_size: int = 128
+    vision_patch_size: int = 16
+    image_max_pixels: int = Field(default=128 * 128, description="screenshots are resized below this")
+    seed: int = 0
+
+
+class LoadConfig(BaseModel):
+    """How to load a checkpoint directory (the tiny one or a real Qwen3-VL-Instruct)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    dtype: str = "float32"  # float32, bfloat16, float16, auto
+    attn_implementation: str | None = "sdpa"  # sdpa, eager, flash_attention_2
+    lora: LoraSettings | None = None
+
+
+class LoraSettings(BaseModel):
+    """Optional LoRA adapters (peft). The vision tower's attention is one fused ``qkv`` linear."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    # Language-model projections by default; add "qkv" (and "proj") to adapt the vision tower too.
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+LoadConfig.model_rebuild()
+
+
+@functools.cache
+def processor_class():
+    """Qwen3VLProcessor without a video processor (the stock one needs torchvision for videos)."""
+    from transformers import Qwen3VLProcessor
+
+    class Qwen3VLImageProcessor(Qwen3VLProcessor):
+        # ProcessorMixin takes its sub-processors from this signature: no video_processor here.
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+    return Qwen3VLImageProcessor
+
+
+def load_processor(path: str | Path):
+    """The processor of a checkpoint dir: its tokenizer (and chat template) and a PIL image processor."""
+    from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
+    return processor_class()(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
+    )
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return "auto" if name == "auto" else getattr(torch, name)
+
+
+def load_model(config: LoadConfig | dict[str, Any]):
+    """``(model, processor)`` from a local checkpoint dir; LoRA adapters added when ``config.lora`` is set."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    config = LoadConfig.model_validate(config)
+    if not Path(config.path, "config.json").exists():
+        raise FileNotFoundError(f"{config.path}: not a Hugging Face checkpoint directory (no config.json)")
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(config.dtype)}
+    if config.attn_implementation:
+        kwargs["attn_implementation"] = config.attn_implementation
+    model = Qwen3VLForConditionalGeneration.from_pretrained(config.path, **kwargs)
+    if config.lora is not None:
+        model = add_lora(model, config.lora)
+    return model, load_processor(config.path)
+
+
+def add_lora(model, settings: LoraSettings):
+    """Wrap ``model`` with peft LoRA adapters on ``settings.target_modules``."""
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def train_tokenizer(corpus_texts: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer trained on ``corpus_texts``, wrapped with Qwen's specials and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from rmsweb_kedro.prompts import action_space_text
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    # The action space text is in every prompt; training on it gives its words single tokens.
+    tokenizer.train_from_iterator([action_space_text(), *corpus_texts], trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=4096,
+    )
+    return fast
+
+
+def build_tiny_model(corpus_texts: list[str], config: TinyModelConfig | dict[str, Any] | None = None):
+    """A tiny Qwen3-VL with a locally trained tokenizer: ``(model, processor)``; save both with ``save_pretrained``."""
+    import torch
+    from transformers import Qwen2VLImageProcessorPil, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    config = TinyModelConfig.model_validate(config or {})
+    tokenizer = train_tokenizer(corpus_texts, config.vocab_size)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    half = config.head_dim // 2  # mrope sections (t, h, w) must sum to head_dim / 2
+    mrope = [half - 2 * (half // 4), half // 4, half // 4]
+    model_config = Qwen3VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": config.hidden_size,
+            "intermediate_size": config.intermediate_size,
+            "num_hidden_layers": config.num_hidden_layers,
+            "num_attention_heads": config.num_attention_heads,
+            "num_key_value_heads": config.num_key_value_heads,
+            "head_dim": config.head_dim,
+            "max_position_embeddings": config.max_position_embeddings,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": config.rope_theta,
+                "mrope_section": mrope,
+                "mrope_interleaved": True,
+            },
+            "pad_token_id": ids["<|endoftext|>"],
+            "tie_word_embeddings": config.tie_word_embeddings,
+        },
+        vision_config={
+            "depth": config.vision_depth,
+            "hidden_size": config.vision_hidden_size,
+            "intermediate_size": config.vision_intermediate_size,
+            "num_heads": config.vision_heads,
+            "patch_size": config.vision_patch_size,
+            "out_hidden_size": config.hidden_size,
+            "num_position_embeddings": 256,
+            "deepstack_visual_indexes": [config.vision_depth - 1],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=config.tie_word_embeddings,
+    )
+    model_config.bos_token_id = None
+    model_config.eos_token_id = ids["<|im_end|>"]
+    model_config.pad_token_id = ids["<|endoftext|>"]
+    torch.manual_seed(config.seed)
+    model = Qwen3VLForConditionalGeneration(model_config)
+    model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.generation_config.bos_token_id = None
+    image_processor = Qwen2VLImageProcessorPil(
+        patch_size=config.vision_patch_size,
+        merge_size=2,
+        temporal_patch_size=2,
+        min_pixels=(config.vision_patch_size * 2) ** 2,
+        max_pixels=config.image_max_pixels,
+    )
+    processor = processor_class()(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
+    )
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("built a tiny Qwen3-VL: %.2fM parameters, vocabulary %d", n_params / 1e6, len(tokenizer))
+    return model, processor
+
+
+def save_checkpoint(model, processor, path: str | Path, state_dict: dict | None = None) -> None:
+    """Save an ordinary Hugging Face checkpoint dir (model, tokenizer with chat template, image processor).
+
+    A peft model is saved merged (a copy, so the adapters in memory stay), so plain ``from_pretrained`` loads it.
+    """
+    import copy
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "merge_and_unload"):
+        model, state_dict = copy.deepcopy(model).merge_and_unload(), None
+    model.save_pretrained(path, state_dict=state_dict)
+    processor.tokenizer.save_pretrained(path)
+    processor.image_processor.save_pretrained(path)

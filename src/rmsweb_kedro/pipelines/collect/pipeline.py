@@ -1,0 +1,43 @@
+"""Wiring of the collect pipeline: sandbox_tasks -> collection_log -> raw_trajectories, collection_stats, plot."""
+
+from kedro.pipeline import Node, Pipeline
+
+from rmsweb_kedro.pipelines.collect.nodes import (
+    collect_trajectories,
+    collection_stats,
+    plot_collection,
+    publish_raw_trajectories,
+    select_collection_tasks,
+)
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return Pipeline(
+        [
+            Node(
+                select_collection_tasks,
+                ["sandbox_tasks", "params:collect"],
+                "collection_tasks",
+                name="select_collection_tasks",
+            ),
+            Node(
+                collect_trajectories,
+                ["collection_tasks", "params:collect", "params:sandbox.seed", "params:trajectories.raw_root"],
+                "collection_log",
+                name="collect_trajectories",
+            ),
+            Node(
+                publish_raw_trajectories,
+                ["collection_log", "params:collect"],
+                "raw_trajectories",
+                name="publish_raw_trajectories",
+            ),
+            Node(
+                collection_stats,
+                ["collection_log", "params:collect"],
+                "collection_stats",
+                name="collection_stats",
+            ),
+            Node(plot_collection, "collection_stats", "collection_plot", name="plot_collection"),
+        ]
+    )

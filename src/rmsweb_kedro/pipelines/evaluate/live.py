@@ -1,0 +1,145 @@
+"""Live mode: a policy on real websites (benchmark tasks), judged by the LLM judges each benchmark prescribes, with
+results also written in Online-Mind2Web's submission format.
+
+Judges by ``task.judge.kind`` (one OpenAI-compatible endpoint serves them all): ``webvoyager`` -> WebVoyager's judge,
+``webjudge`` -> Online-Mind2Web's WebJudge, ``rubric`` -> the WebTailBench rubric verifier, ``reference_answer``
+-> :class:`ExactAnswerJudge` (GAIA's exact-match scoring, no model). Submission layout, one folder per task::
+
+    <out>/<task_id>/result.json       {"task_id", "task", "final_result_response", "action_history", "thoughts"}
+    <out>/<task_id>/trajectory/<i>_full_screenshot.png
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rmsweb_kedro.actions import format_action, normalize_answer
+from rmsweb_kedro.schema import Step, Task, Trajectory, Usage, Verdict
+
+logger = logging.getLogger(__name__)
+
+
+class ExactAnswerJudge:
+    """GAIA's scoring: the final answer equals the reference answer after ``actions.normalize_answer``."""
+
+    name = "reference-answer/exact/v1"
+
+    def judge(
+        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
+    ) -> tuple[Verdict, Usage]:
+        expected = str(task.judge.config.get("reference_answer", ""))
+        success = final_answer is not None and normalize_answer(final_answer) == normalize_answer(expected)
+        reason = (
+            f"final answer {final_answer!r} {'equals' if success else 'differs from'} reference {expected!r}"
+        )
+        details = {"protocol": "exact-match", "reference_answer": expected}
+        return Verdict(success=success, reason=reason, judge=self.name, details=details), Usage()
+
+
+class JudgeByKind:
+    """The :class:`~rmsweb_kedro.agents.base.Judge` each task's ``judge.kind`` asks for, built once per kind."""
+
+    name = "live-judges"
+
+    def __init__(self, endpoint: Any, rubric_threshold: float = 0.8):
+        self.endpoint = endpoint
+        self.rubric_threshold = rubric_threshold
+        self._judges: dict[str, Any] = {}
+
+    def for_task(self, task: Task) -> Any:
+        kind = task.judge.kind
+        if kind not in self._judges:
+            from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
+            from rmsweb_kedro.agents.rubric_judge import RubricJudge
+
+            makers = {
+                "webvoyager": lambda: WebVoyagerJudge(self.endpoint),
+                "webjudge": lambda: WebJudge(self.endpoint),
+                "rubric": lambda: RubricJudge(self.endpoint, threshold=self.rubric_threshold),
+                "reference_answer": ExactAnswerJudge,
+            }
+            if kind not in makers:
+                raise ValueError(f"task {task.id!r}: no live judge for judge kind {kind!r}")
+            self._judges[kind] = makers[kind]()
+        return self._judges[kind]
+
+    def judge(
+        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
+    ) -> tuple[Verdict, Usage]:
+        return self.for_task(task).judge(task, steps, final_answer, context)
+
+    def cost_of(self, usage: Usage) -> float:
+        return self.endpoint.cost(usage)
+
+
+def write_submission(trajectory: Trajectory, task: Task, shots_root: Path, out_dir: Path) -> Path:
+    """Online-Mind2Web's submission folder of one attempt; ``shots_root`` is what step screenshots are relative to.
+    Returns the task folder."""
+    folder = out_dir / task.id
+    images = folder / "trajectory"
+    if images.exists():
+        shutil.rmtree(images)
+    images.mkdir(parents=True)
+    for number, step in enumerate(s for s in trajectory.steps if s.screenshot):
+        shutil.copyfile(shots_root / step.screenshot, images / f"{number}_full_screenshot.png")
+    final = next(
+        (s.action.text for s in reversed(trajectory.steps) if s.action and s.action.type == "answer"), None
+    )
+    result = {
+        "task_id": task.id,
+        "task": task.instruction,
+        "final_result_response": final or "",
+        "action_history": [
+            format_action(s.action) if s.action else f"<unparsed: {s.raw_output or ''}>"
+            for s in trajectory.steps
+        ],
+        "thoughts": [s.thought or "" for s in trajectory.steps],
+    }
+    (folder / "result.json").write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
+    return folder
+
+
+def run_live(
+    tasks: list[Task],
+    agent: Any,
+    env: Any,
+    judges: JudgeByKind,
+    out_dir: str | Path,
+    max_steps: int = 30,
+) -> list[Trajectory]:
+    """One attempt of ``agent`` per task in ``env`` (a BrowserEnv open on the real web, or on stand-ins), judged
+    by each task's judge; trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the
+    ``raw_trajectories`` format) with their screenshots, and each attempt to the Online-Mind2Web submission."""
+    from tqdm.auto import tqdm
+
+    from rmsweb_kedro.episodes import run_episode
+
+    out = Path(out_dir)
+    shots_root = out / "screenshots"
+    submission = out / "online_mind2web"
+    trajectories = []
+    for task in tqdm(tasks, desc="live", unit="task"):
+        trajectory = run_episode(
+            env, task, agent, judges, max_steps, mode="policy", trajectory_id=f"live__{task.id}",
+            screenshot_dir=shots_root / task.id, relative_to=shots_root,
+            metadata={"benchmark": task.metadata.get("benchmark", task.source)},
+        )  # fmt: skip
+        write_submission(trajectory, task, shots_root, submission)
+        trajectories.append(trajectory)
+        logger.info("live %s: success=%s (%s)", task.id, trajectory.success, trajectory.termination)
+    # Screenshot paths in the file are relative to its folder, as raw trajectory files require.
+    lines = [
+        t.model_copy(update={"steps": [_under(s, "screenshots") for s in t.steps]}) for t in trajectories
+    ]
+    (out / "trajectories.jsonl").write_text(
+        "".join(t.model_dump_json() + "\n" for t in lines), encoding="utf-8"
+    )
+    return trajectories
+
+
+def _under(step: Step, prefix: str) -> Step:
+    return step.model_copy(update={"screenshot": f"{prefix}/{step.screenshot}"}) if step.screenshot else step

@@ -1,0 +1,415 @@
+"""Nodes of the ``evaluate`` pipeline: offline step metrics and online success per model, the comparison table,
+the plots and the report. Models are checkpoint datasets (a directory path or a ``(model, processor)`` pair)
+acted through :class:`~rmsweb_kedro.agents.hf_policy.HFPolicy`; online episodes run in the real sandbox through
+:func:`~rmsweb_kedro.episodes.run_episode`, judged by the sandbox checker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from rmsweb_kedro.pipelines.evaluate.step_metrics import METRICS, rates, score_step
+
+logger = logging.getLogger(__name__)
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PolicyParams(_Params):
+    #: prompts.PromptConfig fields; must be what the model was trained with (the sft parameters' prompt).
+    prompt: dict[str, Any] = Field(default_factory=dict)
+    max_new_tokens: int = Field(default=40, gt=0)
+    batch_size: int = Field(default=16, gt=0)
+    dtype: str = "float32"
+
+
+class OfflineParams(_Params):
+    max_states: int | None = Field(
+        default=32, ge=1, description="held-out states scored, drawn with the seed"
+    )
+
+
+class OnlineParams(_Params):
+    splits: list[str] = Field(default_factory=lambda: ["test"])
+    held_out_sites: list[str] = Field(default_factory=lambda: ["hotels"])
+    max_tasks: int | None = Field(default=3, ge=1, description="tasks of the splits on the training sites")
+    max_held_out_tasks: int | None = Field(default=1, ge=0, description="tasks of the held-out sites")
+    runs: int = Field(default=2, ge=1, description="runs over the same tasks, averaged")
+    max_steps: int = Field(default=14, ge=1)
+    greedy: bool = True
+    temperature: float = Field(default=1.0, gt=0)
+    headless: bool = True
+    sandbox_seed: int = 0
+    n_envs: int = Field(
+        default=1, ge=1, description="browser threads (sampled runs are reproducible with 1 only)"
+    )
+
+
+class CostModel(_Params):
+    """US dollars per million tokens of the evaluated policy (a served model's price; 0 for free local runs)."""
+
+    prompt_usd_per_million: float = Field(default=0.0, ge=0)
+    completion_usd_per_million: float = Field(default=0.0, ge=0)
+
+
+class Claim(_Params):
+    key: str  # what this run measures for it (a key of report.measures)
+    claim: str
+    paper: str  # the paper's figure, as published
+    paper_low: float | None = None  # the published range in the measure's unit, for the direction check
+    paper_high: float | None = None
+
+
+class EvaluateParams(_Params):
+    policy: PolicyParams = Field(default_factory=PolicyParams)
+    offline: OfflineParams = Field(default_factory=OfflineParams)
+    online: OnlineParams = Field(default_factory=OnlineParams)
+    cost: CostModel = Field(default_factory=CostModel)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    seed: int = 0
+    claims: list[Claim] = Field(default_factory=list)
+    figures: dict[str, str] = Field(default_factory=dict)  # plot name -> file name beside the report
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def _normal_quantile(confidence: float) -> float:
+    """z with P(|Z| <= z) = confidence, by bisection on erf (no scipy here)."""
+    low, high = 0.0, 10.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if math.erf(mid / math.sqrt(2)) < confidence else (low, mid)
+    return (low + high) / 2
+
+
+def wilson_interval(
+    successes: int, trials: int, confidence: float = 0.95
+) -> tuple[float | None, float | None]:
+    """Wilson score interval of a success rate (sound at 0 or n successes and for small n, unlike mean ± z·se)."""
+    if trials == 0:
+        return None, None
+    z = _normal_quantile(confidence)
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# ---------------------------------------------------------------- policy
+
+
+def load_policy(model: Any, params: EvaluateParams, greedy: bool = True) -> Any:
+    """An HFPolicy over a checkpoint dataset's value (a directory path, or a ``(model, processor)`` pair); an
+    object that already acts (any :class:`~rmsweb_kedro.agents.base.Agent`: a scripted teacher as a ceiling, an
+    OpenAI-compatible policy) is evaluated as it is."""
+    if hasattr(model, "act"):
+        return model
+    from rmsweb_kedro.agents.hf_policy import HFPolicy
+
+    settings = {
+        "prompt": params.policy.prompt,
+        "greedy": greedy,
+        "temperature": params.online.temperature,
+        "max_new_tokens": params.policy.max_new_tokens,
+        "batch_size": params.policy.batch_size,
+    }
+    if isinstance(model, tuple):
+        return HFPolicy(*model, **settings)
+    return HFPolicy.from_pretrained(str(model), dtype=params.policy.dtype, **settings)
+
+
+# ---------------------------------------------------------------- offline
+
+
+def predict_offline(
+    states: pl.DataFrame, model: Any, params: dict[str, Any], model_name: str
+) -> pl.DataFrame:
+    """The model's greedy reply at each held-out state (up to ``offline.max_states``, drawn with the seed),
+    scored against the reference action (step_metrics.SCORE_SCHEMA columns)."""
+    config = EvaluateParams.model_validate(params)
+    chosen = states
+    if config.offline.max_states is not None and states.height > config.offline.max_states:
+        chosen = states.sample(config.offline.max_states, seed=config.seed).sort("state_id")
+    rows = chosen.to_dicts()
+    policy = load_policy(model, config)
+    samples = policy.sample(rows, n=1, greedy=True) if rows else []
+    scored = []
+    for state, (sample,) in zip(rows, samples, strict=True):
+        scored.append(
+            {
+                "model": model_name,
+                "state_id": state["state_id"],
+                "task_id": state["task_id"],
+                "site": state["site"],
+                "reference_action": state["reference_action"],
+                "reply": sample.text,
+                **score_step(state["reference_action"], sample.text).row(),
+            }
+        )
+    logger.info("offline %s: %d states scored", model_name, len(scored))
+    return pl.DataFrame(scored, schema=OFFLINE_PREDICTION_SCHEMA)
+
+
+OFFLINE_PREDICTION_SCHEMA = pl.Schema(
+    {
+        "model": pl.String,
+        "state_id": pl.String,
+        "task_id": pl.String,
+        "site": pl.String,
+        "reference_action": pl.String,
+        "reply": pl.String,
+        "valid": pl.Boolean,
+        "type_match": pl.Boolean,
+        "element_match": pl.Boolean,
+        "argument_match": pl.Boolean,
+        "success": pl.Boolean,
+        "predicted_action": pl.String,
+        "parse_error": pl.String,
+    }
+)
+
+
+def concat_tables(*tables: pl.DataFrame) -> pl.DataFrame:
+    """One table of the per-model tables (same schema)."""
+    return pl.concat(tables, how="vertical")
+
+
+def offline_metrics(predictions: pl.DataFrame) -> pl.DataFrame:
+    """The five offline rates per model, in the order the models were evaluated."""
+    models = predictions["model"].unique(maintain_order=True).to_list()
+    rows = [{"model": m, **rates(predictions.filter(pl.col("model") == m))} for m in models]
+    return pl.DataFrame(
+        rows, schema={"model": pl.String, "n_states": pl.Int64} | dict.fromkeys(METRICS, pl.Float64)
+    )
+
+
+# ---------------------------------------------------------------- online
+
+EPISODE_SCHEMA = pl.Schema(
+    {
+        "model": pl.String,
+        "run": pl.Int32,
+        "task_id": pl.String,
+        "site": pl.String,
+        "level": pl.String,
+        "split": pl.String,
+        "held_out": pl.Boolean,
+        "success": pl.Boolean,  # null when the environment failed (neither success nor failure)
+        "termination": pl.String,
+        "n_steps": pl.Int32,
+        "prompt_tokens": pl.Int64,
+        "completion_tokens": pl.Int64,
+        "cost_usd": pl.Float64,
+        "wall_s": pl.Float64,
+        "judge": pl.String,
+        "judge_reason": pl.String,
+    }
+)
+
+
+def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
+    """Tasks of ``online.splits``: up to ``max_tasks`` on the training sites and ``max_held_out_tasks`` on the
+    held-out sites, drawn with the seed (the same tasks for every model and run)."""
+    pool = sorted((t for t in tasks if t.split in online.splits), key=lambda t: t.id)
+    seen = [t for t in pool if t.site not in online.held_out_sites]
+    held_out = [t for t in pool if t.site in online.held_out_sites]
+    rng = random.Random(seed)
+
+    def draw(candidates: list, cap: int | None) -> list:
+        return (
+            candidates
+            if cap is None or len(candidates) <= cap
+            else sorted(rng.sample(candidates, cap), key=lambda t: t.id)
+        )
+
+    return draw(seen, online.max_tasks) + draw(held_out, online.max_held_out_tasks)
+
+
+def run_online(
+    sandbox_tasks: pl.DataFrame, model: Any, params: dict[str, Any], model_name: str
+) -> pl.DataFrame:
+    """``online.runs`` runs of the model on the chosen sandbox tasks in real Chromium; one row per episode.
+
+    Episodes run on browser threads (``web.browser.run_parallel``, ``online.n_envs`` of them), so a Playwright
+    session the calling thread may hold never collides with them."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.episodes import run_episode
+    from rmsweb_kedro.schema import tasks_from_frame
+    from rmsweb_kedro.web.browser import BrowserConfig, run_parallel
+    from rmsweb_kedro.web.sandbox import SandboxServer
+
+    config = EvaluateParams.model_validate(params)
+    online = config.online
+    tasks = select_online_tasks(tasks_from_frame(sandbox_tasks), online, config.seed)
+    if not tasks:
+        logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)
+        return pl.DataFrame(schema=EPISODE_SCHEMA)
+    policy = load_policy(model, config, greedy=online.greedy)
+    episodes = [(run, position, task) for run in range(online.runs) for position, task in enumerate(tasks)]
+    progress = tqdm(total=len(episodes), desc=f"online {model_name}", unit="episode")
+
+    def play(env: Any, episode: tuple[int, int, Any]) -> dict[str, Any]:
+        run, position, task = episode
+        torch.manual_seed(
+            config.seed + 1000 * run + position
+        )  # sampled decoding differs by run; greedy does not
+        started = time.perf_counter()
+        trajectory = run_episode(
+            env, task, policy, judge, online.max_steps, mode="policy",
+            trajectory_id=f"evaluate__{model_name}__r{run}__{task.id}",
+        )  # fmt: skip
+        progress.update()
+        return episode_row(trajectory, task, model_name, run, time.perf_counter() - started, config)
+
+    with SandboxServer(port=0, seed=online.sandbox_seed) as server:
+        judge = SandboxJudge(server.session_state)
+        browser = BrowserConfig(host_resolver_rules=server.host_resolver_rules, headless=online.headless)
+        rows = run_parallel(play, episodes, online.n_envs, browser)
+    progress.close()
+    failed = [
+        (episode, row) for episode, row in zip(episodes, rows, strict=True) if isinstance(row, BaseException)
+    ]
+    if failed:
+        (run, _, task), error = failed[0]
+        raise RuntimeError(
+            f"online {model_name}: {len(failed)} episode(s) crashed; first: run {run}, {task.id}"
+        ) from error
+    return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
+
+
+def episode_row(
+    trajectory: Any, task: Any, model_name: str, run: int, wall_s: float, config: EvaluateParams
+) -> dict:
+    """The ``online_episodes`` row of one judged attempt (cost: the endpoint's, plus the cost model's)."""
+    usage, cost = trajectory.usage, config.cost
+    priced = (
+        usage.prompt_tokens * cost.prompt_usd_per_million
+        + usage.completion_tokens * cost.completion_usd_per_million
+    )
+    return {
+        "model": model_name,
+        "run": run,
+        "task_id": task.id,
+        "site": task.site,
+        "level": task.level,
+        "split": task.split,
+        "held_out": task.site in config.online.held_out_sites,
+        "success": trajectory.success,
+        "termination": trajectory.termination,
+        "n_steps": len(trajectory.steps),
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cost_usd": trajectory.cost_usd + priced / 1e6,
+        "wall_s": wall_s,
+        "judge": trajectory.verdict.judge if trajectory.verdict else None,
+        "judge_reason": trajectory.verdict.reason if trajectory.verdict else None,
+    }
+
+
+def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]:
+    """Success rate over judged episodes (environment failures left out) with its Wilson interval, the spread of
+    the per-run rates, and the steps, tokens, cost and wall time per task."""
+    judged = episodes.filter(pl.col("success").is_not_null())
+    wins = int(judged["success"].sum()) if judged.height else 0
+    low, high = wilson_interval(wins, judged.height, confidence)
+    per_run = judged.group_by("run").agg(pl.col("success").cast(pl.Float64).mean()).get_column("success")
+    solved = judged.filter(pl.col("success"))
+    return {
+        "episodes": episodes.height,
+        "env_errors": episodes.height - judged.height,
+        "success_rate": wins / judged.height if judged.height else None,
+        "success_low": low,
+        "success_high": high,
+        "run_std": float(per_run.std()) if per_run.len() > 1 else None,
+        "steps_on_solved": float(solved["n_steps"].mean()) if solved.height else None,
+        "tokens_per_task": float((episodes["prompt_tokens"] + episodes["completion_tokens"]).mean())
+        if episodes.height
+        else None,
+        "cost_per_task_usd": float(episodes["cost_usd"].mean()) if episodes.height else None,
+        "wall_s_per_task": float(episodes["wall_s"].mean()) if episodes.height else None,
+    }
+
+
+def online_breakdown(episodes: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+    """Success per model by site, by level and by split (training sites vs held-out sites), with intervals."""
+    confidence = EvaluateParams.model_validate(params).confidence
+    frame = episodes.with_columns(
+        pl.when(pl.col("held_out"))
+        .then(pl.lit("held-out site"))
+        .otherwise(pl.lit("training sites"))
+        .alias("sites")
+    )
+    rows = []
+    for model in frame["model"].unique(maintain_order=True).to_list():
+        mine = frame.filter(pl.col("model") == model)
+        for by in ("sites", "site", "level"):
+            for (group,), part in sorted(mine.group_by(by), key=lambda item: str(item[0][0])):
+                summary = success_summary(part, confidence)
+                rows.append(
+                    {"model": model, "by": by, "group": str(group), "episodes": summary["episodes"]}
+                    | {
+                        k: summary[k]
+                        for k in ("success_rate", "success_low", "success_high", "steps_on_solved")
+                    }
+                )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "model": pl.String,
+            "by": pl.String,
+            "group": pl.String,
+            "episodes": pl.Int64,
+            "success_rate": pl.Float64,
+            "success_low": pl.Float64,
+            "success_high": pl.Float64,
+            "steps_on_solved": pl.Float64,
+        },
+    )
+
+
+def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+    """One row per model: the offline rates and the online summary (success with its interval, steps on solved
+    tasks, tokens, cost and wall time per task)."""
+    confidence = EvaluateParams.model_validate(params).confidence
+    models = list(dict.fromkeys(offline["model"].to_list() + episodes["model"].to_list()))
+    rows = []
+    for model in models:
+        row: dict[str, Any] = {"model": model}
+        mine = offline.filter(pl.col("model") == model)
+        row |= {m: (mine[m][0] if mine.height else None) for m in ("n_states", *METRICS)}
+        row |= success_summary(episodes.filter(pl.col("model") == model), confidence)
+        rows.append(row)
+    return pl.DataFrame(rows, schema=COMPARISON_SCHEMA)
+
+
+COMPARISON_SCHEMA = pl.Schema(
+    {"model": pl.String, "n_states": pl.Int64}
+    | dict.fromkeys(METRICS, pl.Float64)
+    | {"episodes": pl.Int64, "env_errors": pl.Int64}
+    | dict.fromkeys(
+        [
+            "success_rate",
+            "success_low",
+            "success_high",
+            "run_std",
+            "steps_on_solved",
+            "tokens_per_task",
+            "cost_per_task_usd",
+            "wall_s_per_task",
+        ],
+        pl.Float64,
+    )  # fmt: skip
+)

@@ -1,0 +1,130 @@
+"""The ``evaluate`` pipeline: wiring only (nodes in ``nodes.py`` and ``report.py``)."""
+
+from functools import partial, update_wrapper
+
+from kedro.pipeline import Node, Pipeline
+
+from rmsweb_kedro.pipelines.evaluate import nodes, report
+
+#: Model label -> the checkpoint dataset evaluated under it.
+MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
+
+
+def _for_model(func, label: str):
+    """``func`` with ``model_name=label`` bound, keeping its name for Kedro's logs."""
+    return update_wrapper(partial(func, model_name=label), func)
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    per_model = []
+    for label, dataset in MODELS.items():
+        per_model += [
+            Node(
+                _for_model(nodes.predict_offline, label),
+                inputs=["sft_states_val", dataset, "params:evaluate"],
+                outputs=f"offline_predictions_{label}",
+                name=f"predict_offline_{label}",
+            ),
+            Node(
+                _for_model(nodes.run_online, label),
+                inputs=["sandbox_tasks", dataset, "params:evaluate"],
+                outputs=f"online_episodes_{label}",
+                name=f"run_online_{label}",
+            ),
+        ]
+    return Pipeline(
+        per_model
+        + [
+            Node(
+                nodes.concat_tables,
+                inputs=[f"offline_predictions_{label}" for label in MODELS],
+                outputs="offline_predictions",
+                name="gather_offline_predictions",
+            ),
+            Node(
+                nodes.concat_tables,
+                inputs=[f"online_episodes_{label}" for label in MODELS],
+                outputs="online_episodes",
+                name="gather_online_episodes",
+            ),
+            Node(
+                nodes.offline_metrics,
+                inputs="offline_predictions",
+                outputs="offline_metrics",
+                name="offline_metrics",
+            ),
+            Node(
+                nodes.online_breakdown,
+                inputs=["online_episodes", "params:evaluate"],
+                outputs="online_breakdown",
+                name="online_breakdown",
+            ),
+            Node(
+                nodes.compare_models,
+                inputs=["offline_metrics", "online_episodes", "params:evaluate"],
+                outputs="model_comparison",
+                name="compare_models",
+            ),
+            Node(
+                report.collection_table,
+                inputs="collection_stats",
+                outputs="evaluation_collection_table",
+                name="collection_table",
+            ),
+            Node(
+                report.claims_table,
+                inputs=["model_comparison", "evaluation_collection_table", "params:evaluate"],
+                outputs="claims_vs_run",
+                name="claims_vs_run",
+            ),
+            Node(
+                report.failure_modes,
+                inputs=["offline_predictions", "online_episodes"],
+                outputs="evaluation_failure_modes",
+                name="evaluation_failure_modes",
+            ),
+            Node(
+                report.plot_success_vs_cost,
+                inputs="model_comparison",
+                outputs="success_vs_cost_plot",
+                name="plot_success_vs_cost",
+            ),
+            Node(
+                report.plot_steps_on_solved,
+                inputs="online_episodes",
+                outputs="steps_on_solved_plot",
+                name="plot_steps_on_solved",
+            ),
+            Node(
+                report.plot_failure_modes,
+                inputs="evaluation_failure_modes",
+                outputs="failure_modes_by_model_plot",
+                name="plot_failure_modes_by_model",
+            ),
+            Node(
+                report.plot_training_curves,
+                inputs=["sft_metrics", "salvage_ds_metrics"],
+                outputs="training_curves_plot",
+                name="plot_training_curves",
+            ),
+            Node(
+                report.build_report,
+                inputs=[
+                    "model_comparison",
+                    "online_breakdown",
+                    "claims_vs_run",
+                    "evaluation_collection_table",
+                    "evaluation_failure_modes",
+                    "params:evaluate",
+                ],
+                outputs="evaluation_report",
+                name="build_report",
+            ),
+            Node(
+                report.report_html,
+                inputs="evaluation_report",
+                outputs="evaluation_report_html",
+                name="build_report_html",
+            ),
+        ]
+    )

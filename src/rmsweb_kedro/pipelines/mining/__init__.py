@@ -1,0 +1,1 @@
+"""Failure-mode mining of the SFT policy (docs/mining.md)."""

@@ -1,0 +1,361 @@
+"""Nodes of the ``mining`` pipeline: probe the SFT policy offline (K samples on corpus states) and online (rollouts
+in the sandbox), keep the critical states, summarise failure modes. The pure rules live in ``rmsweb_kedro.mining``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Literal
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from rmsweb_kedro.mining import (
+    CRITICAL_STATE_SCHEMA,
+    MINED_COLUMNS,
+    FailureMode,
+    Sample,
+    concentration,
+    deduplicate_states,
+    parse_history,
+    reference_action,
+    score_state,
+    select_states,
+    unseen_states,
+)
+from rmsweb_kedro.schema import STATE_SCHEMA
+
+logger = logging.getLogger(__name__)
+
+
+class OnlineParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rollouts: int = Field(
+        default=4, ge=0, description="policy rollouts on train tasks (0: no online probing)"
+    )
+    max_steps: int = Field(default=12, ge=1)
+    envs: int = Field(default=1, ge=1, description="browsers rolling out at once (threads)")
+    split: str = "train"
+    headless: bool = True
+
+
+class MiningParams(BaseModel):
+    """``params:mining``; every knob of probing and selection."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    k: int = Field(default=4, ge=1, description="sampled actions per state for competence")
+    temperature: float = Field(default=1.0, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_new_tokens: int = Field(default=48, ge=1)
+    batch_size: int = Field(default=16, ge=1, description="states per generate call (each repeated k times)")
+    dtype: str = "float32"
+    competence_threshold: float = Field(
+        default=0.5, gt=0, le=1, description="critical: competence below this"
+    )
+    ballast_share: float = Field(
+        default=0.2, ge=0, lt=1, description="share of routine states in the mined set"
+    )
+    cap: int | None = Field(default=2000, ge=1, description="most states in the mined set")
+    dedup: bool = True
+    max_states_probed: int | None = Field(
+        default=200, ge=1, description="offline states probed, drawn at random"
+    )
+    repeat_window: int = Field(default=1, ge=0)
+    rl_corpus: Literal["mined", "full"] = "mined"
+    seed: int = 0
+    online: OnlineParams = Field(default_factory=OnlineParams)
+
+
+def load_policy(sft_model: Any, params: MiningParams, prompt: dict[str, Any], greedy: bool = False):
+    """An HFPolicy over the SFT checkpoint (a ``(model, processor)`` pair as the checkpoint dataset loads it, or a
+    checkpoint directory), prompting exactly as SFT trained it (``prompt``: ``params:sft.training.prompt``);
+    ``greedy`` is how it acts in rollouts, probing chooses per call."""
+    from rmsweb_kedro.agents.hf_policy import HFPolicy
+
+    settings = {
+        "prompt": prompt,
+        "greedy": greedy,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "max_new_tokens": params.max_new_tokens,
+        "batch_size": params.batch_size * params.k,  # sequences a generate call: batch_size states, k each
+    }
+    if isinstance(sft_model, tuple):
+        model, processor = sft_model
+        return HFPolicy(model, processor, **settings)
+    return HFPolicy.from_pretrained(str(sft_model), dtype=params.dtype, **settings)
+
+
+def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+    """The offline corpus: STATE rows, de-duplicated when ``mining.dedup`` (``n_copies`` counts folded copies)."""
+    config = MiningParams.model_validate(params)
+    missing = [c for c in STATE_SCHEMA.names() if c not in states.columns]
+    if missing:
+        raise ValueError(f"sft_states_train lacks the STATE_SCHEMA columns {missing}")
+    states = states.select(STATE_SCHEMA.names())
+    corpus = (
+        deduplicate_states(states)
+        if config.dedup
+        else states.with_columns(pl.lit(1, pl.Int32).alias("n_copies"))
+    )
+    logger.info("mining corpus: %d states (%d before de-duplication)", corpus.height, states.height)
+    return corpus
+
+
+def probe_states(
+    policy: Any, states: pl.DataFrame, params: MiningParams, progress: bool = True
+) -> pl.DataFrame:
+    """``states`` with the probe columns: K samples and the greedy action per state, in batched generation;
+    competence and failure mode from them. Unparseable reference actions raise naming the state."""
+    from tqdm.auto import tqdm
+
+    rows = list(states.iter_rows(named=True))
+    scored: list[dict[str, Any]] = []
+    bar = tqdm(total=len(rows), desc="probing states", unit="state", disable=not progress)
+    for start in range(0, len(rows), params.batch_size):
+        chunk = rows[start : start + params.batch_size]
+        sampled = policy.sample(chunk, n=params.k, greedy=False, seed=params.seed + start)
+        greedy = policy.sample(chunk, n=1, greedy=True)
+        for row, samples, (best,) in zip(chunk, sampled, greedy, strict=True):
+            score = score_state(
+                [Sample(s.action, s.error) for s in samples],
+                Sample(best.action, best.error),
+                reference_action(row),
+                parse_history(row["previous_actions"]),
+                state_url=row["url"],
+                repeat_window=params.repeat_window,
+            )
+            scored.append(
+                {
+                    **row,
+                    "n_samples": score.n_samples,
+                    "competence": score.competence,
+                    "greedy_action": score.greedy_action,
+                    "greedy_correct": score.greedy_correct,
+                    "failure_mode": score.failure_mode.value if score.failure_mode else None,
+                    "sampled_actions": score.sampled_actions,
+                }
+            )
+        bar.update(len(chunk))
+    bar.close()
+    return pl.DataFrame(scored, schema={**states.schema, **_probe_schema()})
+
+
+def _probe_schema() -> pl.Schema:
+    names = ("n_samples", "competence", "greedy_action", "greedy_correct", "failure_mode", "sampled_actions")
+    return pl.Schema({name: MINED_COLUMNS[name] for name in names})
+
+
+def probe_offline(
+    corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any], prompt: dict[str, Any]
+) -> pl.DataFrame:
+    """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed); the other rows keep null
+    probe columns. Adds ``source = "offline"``."""
+    config = MiningParams.model_validate(params)
+    n_probed = min(corpus.height, config.max_states_probed or corpus.height)
+    chosen = corpus.with_row_index("_row").sample(n=n_probed, seed=config.seed, shuffle=True)
+    started = time.perf_counter()
+    probed = probe_states(load_policy(sft_model, config, prompt), chosen.drop("_row"), config)
+    elapsed = time.perf_counter() - started
+    logger.info(
+        "probed %d states in %.1f s (%.2f states/s, K=%d)", n_probed, elapsed, n_probed / elapsed, config.k
+    )
+    probed = probed.with_columns(chosen["_row"])
+    rest = corpus.with_row_index("_row").join(chosen.select("_row"), on="_row", how="anti")
+    return (
+        pl.concat([probed, rest], how="diagonal_relaxed")
+        .sort("_row")
+        .drop("_row")
+        .with_columns(pl.lit("offline").alias("source"))
+    )
+
+
+def select_critical_states(
+    offline: pl.DataFrame, online: pl.DataFrame, params: dict[str, Any]
+) -> pl.DataFrame:
+    """``critical_states``: with ``rl_corpus: mined`` the critical states (offline and online) plus routine
+    ballast, capped; with ``rl_corpus: full`` every offline corpus state (probed or not). States whose failure was
+    the environment's are never selected."""
+    config = MiningParams.model_validate(params)
+    if config.rl_corpus == "full":
+        chosen = offline.with_columns(pl.lit("full").alias("selection"))
+    else:
+        # an online state identical to a probed corpus state is that state: counted once, as offline
+        online = unseen_states(online, offline.filter(pl.col("competence").is_not_null()))
+        candidates = pl.concat([offline, online], how="diagonal_relaxed").filter(
+            pl.col("failure_mode").fill_null("") != FailureMode.ENVIRONMENT_ERROR.value
+        )
+        chosen = select_states(
+            candidates,
+            competence_threshold=config.competence_threshold,
+            ballast_share=config.ballast_share,
+            cap=config.cap,
+            seed=config.seed,
+        )
+    return chosen.select(CRITICAL_STATE_SCHEMA.names()).cast(dict(CRITICAL_STATE_SCHEMA))
+
+
+def summarize_failure_modes(
+    offline: pl.DataFrame, online: pl.DataFrame, online_rollouts: dict[str, Any], params: dict[str, Any]
+) -> pl.DataFrame:
+    """``failure_modes``: per source and failure mode (every mode listed, zeros included), the number of critical
+    states, their share of the source's critical states and mean competence. The online ``environment_error`` row
+    counts the rollouts the environment failed (they leave no state)."""
+    config = MiningParams.model_validate(params)
+    probed = pl.concat([offline, online], how="diagonal_relaxed").filter(
+        pl.col("competence").is_not_null() & (pl.col("competence") < config.competence_threshold)
+    )
+    grid = pl.DataFrame(
+        [(source, mode.value) for source in ("offline", "online") for mode in FailureMode],
+        schema={"source": pl.String, "failure_mode": pl.String},
+        orient="row",
+    )
+    counts = probed.group_by("source", "failure_mode").agg(
+        pl.len().alias("n_states"), pl.col("competence").mean().alias("mean_competence")
+    )
+    env_failed = online_rollouts.get("env_error", 0)
+    if env_failed:
+        env_row = {
+            "source": "online",
+            "failure_mode": FailureMode.ENVIRONMENT_ERROR.value,
+            "n_states": env_failed,
+        }
+        counts = pl.concat([counts, pl.DataFrame([env_row])], how="diagonal_relaxed")
+    table = grid.join(counts, on=["source", "failure_mode"], how="left").with_columns(
+        pl.col("n_states").fill_null(0).cast(pl.Int64)
+    )
+    return table.with_columns(
+        (pl.col("n_states") / pl.col("n_states").sum().over("source")).fill_nan(0.0).alias("share")
+    ).select("source", "failure_mode", "n_states", "share", "mean_competence")
+
+
+def plot_failure_modes(failure_modes: pl.DataFrame):
+    """A grouped bar plot of critical states per failure mode, offline and online side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [mode.value for mode in FailureMode]
+    figure, axis = plt.subplots(figsize=(9, 4))
+    width = 0.4
+    for offset, source in ((-width / 2, "offline"), (width / 2, "online")):
+        counts = dict(
+            failure_modes.filter(pl.col("source") == source).select("failure_mode", "n_states").iter_rows()
+        )
+        axis.bar(
+            [i + offset for i in range(len(modes))], [counts.get(m, 0) for m in modes], width, label=source
+        )
+    axis.set_xticks(range(len(modes)), [m.replace("_", " ") for m in modes], rotation=30, ha="right")
+    axis.set_ylabel("critical states")
+    axis.set_title("Failure modes of the SFT policy on critical states")
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def report_mining(
+    offline: pl.DataFrame,
+    online: pl.DataFrame,
+    critical_states: pl.DataFrame,
+    online_stats: dict[str, Any],
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """``mining_report``: corpus size and duplicates, competence, how concentrated the RL set is (share of routine
+    states in the corpus against the mined set), counts by selection and source, the online rollouts, params."""
+    config = MiningParams.model_validate(params)
+    probed_online = online.filter(pl.col("competence").is_not_null())
+    return {
+        "params": config.model_dump(),
+        "corpus_states": int(offline.height),
+        "corpus_states_before_dedup": int(offline["n_copies"].sum()) if offline.height else 0,
+        "offline_probed": int(offline["competence"].is_not_null().sum()),
+        "online_states": int(probed_online.height),
+        "critical_in_corpus": int((offline["competence"] < config.competence_threshold).sum()),
+        "concentration": concentration(offline, critical_states, config.competence_threshold),
+        "selected": {
+            f"{selection}/{source}": int(n)
+            for selection, source, n in critical_states.group_by("selection", "source")
+            .len()
+            .sort("selection", "source")
+            .iter_rows()
+        },
+        "online_rollouts": online_stats,
+    }
+
+
+def _with_mining_columns(probed: pl.DataFrame, source: str) -> pl.DataFrame:
+    return probed.with_columns(pl.lit(1, pl.Int32).alias("n_copies"), pl.lit(source).alias("source"))
+
+
+def probe_online(
+    sandbox_tasks: pl.DataFrame,
+    references: pl.DataFrame,
+    sft_model: Any,
+    params: dict[str, Any],
+    prompt: dict[str, Any],
+    sandbox_params: dict[str, Any],
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
+    reference, in the real sandbox (served with ``sandbox.seed``, the world the tasks were made for); the first
+    divergence of each failed rollout becomes a STATE row with the reference action, probed like an offline state.
+    Returns the probed states and the rollouts' counts."""
+    from tqdm.auto import tqdm
+
+    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.episodes import run_episode
+    from rmsweb_kedro.mining import divergence_states
+    from rmsweb_kedro.schema import tasks_from_frame
+    from rmsweb_kedro.web.browser import BrowserConfig, run_parallel
+    from rmsweb_kedro.web.sandbox import SandboxParams, SandboxServer
+
+    config = MiningParams.model_validate(params)
+    empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **_probe_schema()}), "online")
+    referenced = set(references["task_id"].unique().to_list())
+    candidates = [
+        t for t in tasks_from_frame(sandbox_tasks) if t.split == config.online.split and t.id in referenced
+    ]
+    if config.online.rollouts == 0 or not candidates:
+        logger.info(
+            "online probing skipped: %d rollouts asked, %d tasks with references",
+            config.online.rollouts,
+            len(candidates),
+        )
+        return empty, {"rollouts": 0}
+    import random
+
+    tasks = random.Random(config.seed).sample(candidates, min(config.online.rollouts, len(candidates)))
+    policy = load_policy(sft_model, config, prompt, greedy=True)
+    with SandboxServer(port=0, seed=SandboxParams.model_validate(sandbox_params).seed) as server:
+        judge = SandboxJudge(server.session_state)
+        browser = BrowserConfig(
+            host_resolver_rules=server.host_resolver_rules, headless=config.online.headless
+        )
+        bar = tqdm(total=len(tasks), desc="policy rollouts", unit="episode")
+
+        def rollout(env, task):  # each browser thread owns its env (Playwright's sync API is per thread)
+            trajectory = run_episode(
+                env, task, policy, judge, config.online.max_steps, mode="policy",
+                trajectory_id=f"mining-online__{task.id}",
+            )  # fmt: skip
+            bar.update(1)
+            return trajectory
+
+        results = run_parallel(rollout, tasks, config.online.envs, browser)
+        bar.close()
+    for task, result in zip(tasks, results, strict=True):
+        if isinstance(result, BaseException):
+            raise RuntimeError(f"online rollout on task {task.id} failed: {result}") from result
+    rollouts = results
+    states, counts = divergence_states(rollouts, {t.id: t for t in tasks}, references)
+    probed = _with_mining_columns(probe_states(policy, states, config), "online") if states.height else empty
+    per_rollout = [
+        {"trajectory_id": r.id, "task_id": r.task_id, "success": r.success, "termination": r.termination,
+         "n_steps": len(r.steps)}
+        for r in rollouts
+    ]  # fmt: skip
+    logger.info("online probing: %s", counts)
+    return probed, {**counts, "episodes": per_rollout}

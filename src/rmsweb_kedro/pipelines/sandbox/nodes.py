@@ -1,0 +1,59 @@
+"""Nodes of the sandbox pipeline: generate the task suite and summarise it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import polars as pl
+
+from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
+
+logger = logging.getLogger(__name__)
+
+
+def generate_sandbox_tasks(params: dict[str, Any]) -> pl.DataFrame:
+    """Every template instance of the sandbox sites as a ``tasks`` table (schema.TASK_SCHEMA)."""
+    tasks = generate_tasks(SandboxParams(**params))
+    logger.info(
+        "Generated %d sandbox tasks (split mode %s)", len(tasks), params.get("split_mode", "combinations")
+    )
+    return tasks_to_frame(tasks)
+
+
+def summarise_sandbox_tasks(tasks: pl.DataFrame) -> pl.DataFrame:
+    """Task counts and mean reference length by site, split and level."""
+    return (
+        tasks.group_by("site", "split", "level")
+        .agg(
+            pl.len().alias("tasks"), pl.col("reference_length").mean().round(2).alias("mean_reference_length")
+        )
+        .sort("site", "split", "level")
+    )
+
+
+def plot_sandbox_tasks(summary: pl.DataFrame) -> Any:
+    """A stacked bar chart: tasks per site, coloured by split and level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = summary.with_columns((pl.col("split") + "/" + pl.col("level")).alias("group"))
+    sites = sorted(table["site"].unique().to_list())
+    groups = sorted(table["group"].unique().to_list())
+    figure, axes = plt.subplots(figsize=(9, 4.5))
+    bottom = [0] * len(sites)
+    for group in groups:
+        counts = [
+            int(table.filter((pl.col("site") == site) & (pl.col("group") == group))["tasks"].sum())
+            for site in sites
+        ]
+        axes.bar(sites, counts, bottom=bottom, label=group)
+        bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
+    axes.set_ylabel("tasks")
+    axes.set_title("Sandbox task suite: tasks per site by split/level")
+    axes.legend(fontsize=7, ncols=3)
+    figure.tight_layout()
+    return figure

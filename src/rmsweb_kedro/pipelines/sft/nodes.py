@@ -1,0 +1,182 @@
+"""Nodes of ``sft``: the base model (tiny default or a configured checkpoint) and supervised fine-tuning."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from rmsweb_kedro.modeling import LoadConfig, LoadedModel, TinyModelConfig
+from rmsweb_kedro.training.sft import SFTConfig
+
+logger = logging.getLogger(__name__)
+
+
+class SFTParams(BaseModel):
+    """The ``sft`` parameters: the base model, the training run, and how many val states to decode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: None: build the tiny default from ``tiny``; else load this checkpoint (e.g. Qwen3-VL-8B-Instruct).
+    base_checkpoint: LoadConfig | None = None
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    training: SFTConfig
+    accuracy_states: int = Field(
+        default=64, ge=0, description="val states decoded greedily for step accuracy"
+    )
+
+
+def _corpus(states: pl.DataFrame, config: SFTConfig) -> list[str]:
+    """Every text the tiny tokenizer should know: the prompts' user turns and the reference replies."""
+    from rmsweb_kedro.prompts import build_messages
+
+    texts = []
+    for row in states.to_dicts():
+        messages, _ = build_messages(row, config.prompt, with_reference=True)
+        texts += [
+            part["text"] for message in messages for part in message["content"] if part["type"] == "text"
+        ]
+    return texts
+
+
+def build_base_model(sft_states_train: pl.DataFrame, params: dict[str, Any]) -> LoadedModel:
+    """The untrained base: a configured checkpoint, or the tiny Qwen3-VL with a tokenizer trained on the
+    training states' prompt texts (the action space is always in its corpus)."""
+    from rmsweb_kedro.modeling import build_tiny_model, load_model
+
+    config = SFTParams.model_validate(params)
+    if config.base_checkpoint is not None:
+        return LoadedModel(*load_model(config.base_checkpoint))
+    if sft_states_train.height == 0:
+        raise ValueError(
+            "sft_states_train is empty: no successful trajectory to train the tokenizer and model on"
+        )
+    return LoadedModel(*build_tiny_model(_corpus(sft_states_train, config.training), config.tiny))
+
+
+def step_accuracy(model, processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, float]:
+    """Greedy replies on ``states``: share semantically equal to the reference action, and share that parse."""
+    from rmsweb_kedro.actions import parse_action, semantically_equal
+    from rmsweb_kedro.agents.hf_policy import HFPolicy
+
+    if not states:
+        return {"step_accuracy": 0.0, "parse_rate": 0.0, "states": 0}
+    policy = HFPolicy(model, processor, prompt=config.prompt, greedy=True, max_new_tokens=48)
+    samples = [group[0] for group in policy.sample(states, n=1)]
+    correct = sum(
+        semantically_equal(s.action, parse_action(st["reference_action"]))
+        for s, st in zip(samples, states, strict=True)
+    )
+    return {
+        "step_accuracy": correct / len(states),
+        "parse_rate": sum(s.action is not None for s in samples) / len(states),
+        "states": len(states),
+    }
+
+
+def _token_stats(processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, float]:
+    from rmsweb_kedro.prompts import build_messages
+
+    tokens, truncated = 0, 0
+    for row in states:
+        messages, info = build_messages(row, config.prompt, processor.tokenizer, with_reference=True)
+        text = processor.apply_chat_template(messages, tokenize=False)
+        tokens += len(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+        truncated += info["truncated"]
+    return {"samples": len(states), "tokens": tokens, "truncation_rate": truncated / max(1, len(states))}
+
+
+def _train_launched(base: LoadedModel, train: pl.DataFrame, val: pl.DataFrame, config: SFTConfig):
+    """Run the entry point under ``accelerate launch`` (several processes) and load what it saved."""
+    from rmsweb_kedro.modeling import load_model, save_checkpoint
+    from rmsweb_kedro.training.sft import launch_command
+
+    work = Path(config.loop.output_dir) / "launch"
+    work.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(base.model, base.processor, work / "base")
+    train.write_parquet(work / "train.parquet")
+    val.write_parquet(work / "val.parquet")
+    job = {
+        "model_dir": str(work / "base"),
+        "train_path": str(work / "train.parquet"),
+        "val_path": str(work / "val.parquet"),
+        "output_dir": config.loop.output_dir,
+        "config": config.model_dump(mode="json"),
+    }
+    job_path = work / "job.json"
+    job_path.write_text(json.dumps(job, indent=2))
+    command = launch_command(config, job_path)
+    logger.info("launching: %s", " ".join(command))
+    subprocess.run(command, check=True)
+    history = [
+        json.loads(line) for line in (Path(config.loop.output_dir) / "history.jsonl").read_text().splitlines()
+    ]
+    model, processor = load_model({"path": str(Path(config.loop.output_dir) / "final")})
+    return model, processor, history
+
+
+def train_sft(
+    base_model: LoadedModel,
+    sft_states_train: pl.DataFrame,
+    sft_states_val: pl.DataFrame,
+    params: dict[str, Any],
+) -> tuple[LoadedModel, dict[str, Any], Any]:
+    """Fine-tune the base model: in this process, or under ``accelerate launch`` when ``training.launch`` names a
+    config. Returns the model, the metrics (history, step accuracy before and after, token stats) and the loss
+    curve figure."""
+    from rmsweb_kedro.training.sft import run_sft
+
+    config = SFTParams.model_validate(params)
+    training = config.training
+    model, processor = base_model
+    train, val = sft_states_train.to_dicts(), sft_states_val.to_dicts()
+    probe = val[: config.accuracy_states]
+    before = step_accuracy(model, processor, probe, training)
+    if training.launch:
+        model, processor, history = _train_launched(base_model, sft_states_train, sft_states_val, training)
+        steps, stopped_early = (history[-1]["step"] if history else 0), None
+    else:
+        result = run_sft(model, processor, train, val, training)
+        model, history, steps, stopped_early = result.model, result.history, result.step, result.stopped_early
+    after = step_accuracy(model, processor, probe, training)
+    logger.info("val step accuracy: base %.3f -> sft %.3f", before["step_accuracy"], after["step_accuracy"])
+    metrics = {
+        "steps": steps,
+        "stopped_early": stopped_early,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "base": before,
+        "sft": after,
+        "data": {
+            "train": _token_stats(processor, train, training),
+            "val": _token_stats(processor, val, training),
+        },
+        "final": dict(history[-1]) if history else {},
+        "history": history,
+        "config": training.model_dump(mode="json"),
+    }
+    return LoadedModel(model, processor), metrics, plot_loss_curve(history)
+
+
+def plot_loss_curve(history: list[dict[str, float]]):
+    """Train and eval loss against optimizer steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for key, style in (("train/loss", "-"), ("eval/loss", "o-")):
+        points = [(row["step"], row[key]) for row in history if key in row]
+        if points:
+            axis.plot(*zip(*points, strict=True), style, label=key)
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("cross-entropy")
+    axis.set_title("SFT loss")
+    axis.legend()
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,1 @@
+"""``sft_data``: successful shortened trajectories -> policy states (STATE_SCHEMA), split by task."""

@@ -1,0 +1,326 @@
+"""One Accelerate training loop, shared by SFT (training/sft.py) and Salvage-DS (training/salvage_ds.py).
+
+A trainer supplies only what differs: the samples, a ``collate`` that turns a list of samples into a batch of
+tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``. The loop does the rest, the same way every time:
+
+- deterministic data order: each epoch is a permutation seeded by ``seed + epoch``, sharded across processes, so a
+  resumed run sees exactly the micro-batches the interrupted one would have seen;
+- gradient accumulation (``no_sync`` on all but the last micro-batch), mixed precision (Accelerate), gradient
+  clipping, AdamW with decay on matrices only, linear warmup then cosine decay (``learning_rate_at``);
+- evaluation loss every ``eval_every`` steps (and an optional ``eval_fn`` for other metrics);
+- ``save_state`` checkpoints every ``save_every`` steps and at the end; ``resume=True`` continues from the last
+  complete checkpoint (model, optimizer, RNG states, step count and metrics history);
+- a wall-clock budget (``max_seconds``) that ends the run early, cleanly, with a checkpoint;
+- a tqdm progress bar on the main process and a metrics history (list of dicts, also ``history.jsonl``).
+
+Runs in a plain ``python`` process (one CPU or GPU) or under ``accelerate launch`` (DDP, FSDP2, DeepSpeed, several
+machines) unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+logger = logging.getLogger(__name__)
+
+#: ``loss_fn(model, batch) -> (scalar loss to minimise, metrics as floats)``; metrics are averaged over the
+#: micro-batches of an optimizer step and logged as ``train/<name>`` (``eval/<name>`` during evaluation).
+LossFn = Callable[[Any, dict[str, Any]], tuple[Any, dict[str, float]]]
+Collate = Callable[[list[Any]], dict[str, Any]]
+_COMPLETE = "COMPLETE"
+
+
+class LoopConfig(BaseModel):
+    """Everything the loop needs to know; a parameters dict validates into it (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_dir: str
+    max_steps: int = Field(default=200, ge=0, description="optimizer steps")
+    batch_size: int = Field(default=16, ge=1, description="samples per micro-batch, per process")
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    learning_rate: float = 3e-3
+    min_learning_rate_ratio: float = Field(
+        default=0.1, ge=0, le=1, description="cosine floor, x learning_rate"
+    )
+    warmup_steps: int = Field(default=10, ge=0)
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float | None = 1.0
+    mixed_precision: str = Field(default="no", description="'no', 'bf16' or 'fp16' (Accelerate)")
+    eval_every: int = Field(default=50, ge=0, description="0: evaluate only at the end")
+    max_eval_batches: int | None = None
+    save_every: int = Field(default=0, ge=0, description="0: checkpoint only at the end")
+    keep_checkpoints: int = Field(default=2, ge=1)
+    save_checkpoints: bool = Field(default=True, description="False: never save_state (benchmarks)")
+    seed: int = 0
+    resume: bool = Field(default=True, description="False: start afresh, deleting output_dir/checkpoints")
+    max_seconds: float | None = Field(default=None, description="wall-clock budget; the run stops early")
+    log_every: int = Field(default=10, ge=1)
+    progress: bool = True
+
+
+@dataclass
+class LoopResult:
+    """What a run gives back. ``model`` is unwrapped (plain ``nn.Module``, ready for ``save_pretrained``)."""
+
+    model: Any
+    step: int
+    history: list[dict[str, float]]
+    resumed_from: int | None
+    stopped_early: bool
+    accelerator: Any = field(repr=False, default=None)
+
+    def last(self, key: str) -> float | None:
+        """The latest logged value of ``key`` (e.g. ``'eval/loss'``), or None."""
+        return next((row[key] for row in reversed(self.history) if key in row), None)
+
+
+class _LoopState:
+    """The loop's own resumable state (registered with Accelerate's checkpointing)."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "history": self.history}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+
+
+def learning_rate_at(step: int, config: LoopConfig) -> float:
+    """Linear warmup to ``learning_rate``, then cosine decay to ``min_learning_rate_ratio * learning_rate``."""
+    peak, floor = config.learning_rate, config.learning_rate * config.min_learning_rate_ratio
+    if step < config.warmup_steps:
+        return peak * (step + 1) / config.warmup_steps
+    decay_steps = max(1, config.max_steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / decay_steps)
+    return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak - floor)
+
+
+def make_accelerator(config: LoopConfig):
+    """An Accelerator for ``config`` (launch-time settings such as DDP/FSDP come from ``accelerate launch``)."""
+    from accelerate import Accelerator
+
+    return Accelerator(mixed_precision=config.mixed_precision)
+
+
+def _optimizer(model, config: LoopConfig):
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]  # matrices and embeddings; not norms and biases
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas)
+
+
+def _micro_batches(
+    samples: Sequence[Any], config: LoopConfig, rank: int, world: int, start: int
+) -> Iterator[list[Any]]:
+    """This process's micro-batches, forever, from micro-batch number ``start`` on (epochs reshuffled)."""
+    import torch
+
+    per_epoch = max(1, len(samples) // (config.batch_size * world))
+    epoch, skip = divmod(start, per_epoch)
+    while True:
+        generator = torch.Generator().manual_seed(config.seed + epoch)
+        order = torch.randperm(len(samples), generator=generator).tolist()
+        if len(order) < config.batch_size * world:  # fewer samples than one global batch: repeat them
+            order = (order * math.ceil(config.batch_size * world / len(order)))[: config.batch_size * world]
+        for batch_index in range(skip, per_epoch):
+            first = (batch_index * world + rank) * config.batch_size
+            yield [samples[i] for i in order[first : first + config.batch_size]]
+        epoch, skip = epoch + 1, 0
+
+
+def _count_tokens(batch: dict[str, Any]) -> int:
+    mask = batch.get("attention_mask")
+    if mask is not None:
+        return int(mask.sum())
+    ids = batch.get("input_ids")
+    return int(ids.numel()) if ids is not None else 0
+
+
+def _checkpoints(output_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = output_dir / "checkpoints"
+    found = [p for p in root.glob("step_*") if (p / _COMPLETE).exists()] if root.exists() else []
+    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def _save_checkpoint(accelerator, output_dir: Path, state: _LoopState, keep: int) -> None:
+    path = output_dir / "checkpoints" / f"step_{state.step:07d}"
+    accelerator.save_state(str(path))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (path / _COMPLETE).write_text(str(state.step))
+        for old in _checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        with open(output_dir / "history.jsonl", "w") as handle:
+            handle.writelines(json.dumps(row) + "\n" for row in state.history)
+    accelerator.wait_for_everyone()
+
+
+def evaluate(
+    model, samples: Sequence[Any], collate: Collate, loss_fn: LossFn, config: LoopConfig, accelerator
+):
+    """Mean loss (and metrics) over ``samples``, split across processes; returns ``{'eval/loss': ..., ...}``."""
+    import torch
+
+    model.eval()
+    rank, world = accelerator.process_index, accelerator.num_processes
+    indices = list(range(rank, len(samples), world))
+    batches = [indices[i : i + config.batch_size] for i in range(0, len(indices), config.batch_size)]
+    if config.max_eval_batches is not None:
+        batches = batches[: config.max_eval_batches]
+    # A process without samples still runs one batch, weighted 0, so every process reduces the same metric keys.
+    weighted = [(chunk, len(chunk)) for chunk in batches] or [([0], 0)]
+    totals: dict[str, float] = {}
+    with torch.no_grad():
+        for chunk, weight in weighted:
+            batch = _to_device(collate([samples[i] for i in chunk]), accelerator.device)
+            loss, metrics = loss_fn(model, batch)
+            for key, value in {"loss": float(loss), **metrics}.items():
+                totals[key] = totals.get(key, 0.0) + float(value) * weight
+            totals["_n"] = totals.get("_n", 0.0) + weight
+    model.train()
+    keys = sorted(totals)
+    summed = accelerator.reduce(
+        torch.tensor([totals.get(k, 0.0) for k in keys], device=accelerator.device), "sum"
+    )
+    values = dict(zip(keys, summed.tolist(), strict=True))
+    count = max(values.pop("_n", 0.0), 1.0)
+    return {f"eval/{k}": v / count for k, v in values.items()}
+
+
+def _to_device(batch: dict[str, Any], device) -> dict[str, Any]:
+    return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
+
+
+def train_loop(
+    model,
+    train_samples: Sequence[Any],
+    collate: Collate,
+    loss_fn: LossFn,
+    config: LoopConfig,
+    eval_samples: Sequence[Any] | None = None,
+    eval_fn: Callable[[Any], dict[str, float]] | None = None,
+    accelerator=None,
+) -> LoopResult:
+    """Train ``model`` for ``config.max_steps`` optimizer steps (or until ``max_seconds``); see the module doc.
+
+    ``train_samples``/``eval_samples``: any indexable sequence (a list of dicts is typical). ``eval_fn(model)``
+    returns extra metrics at each evaluation, logged as they are named (e.g. ``{'eval/step_accuracy': 0.4}``).
+    Pass ``accelerator`` to share one (e.g. to build the model under it); by default one is made from ``config``.
+    """
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+
+    if not len(train_samples):
+        raise ValueError("train_loop: no training samples")
+    accelerator = accelerator or make_accelerator(config)
+    set_seed(config.seed)
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    model.train()
+    optimizer = _optimizer(model, config)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    state = _LoopState()
+    accelerator.register_for_checkpointing(state)
+
+    resumed_from = None
+    if not config.resume and accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
+        shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+    accelerator.wait_for_everyone()
+    checkpoints = _checkpoints(output_dir) if config.resume else []
+    if checkpoints:
+        accelerator.load_state(str(checkpoints[-1]))
+        accelerator.wait_for_everyone()
+        resumed_from = state.step
+        logger.info("resumed from %s at step %d", checkpoints[-1], state.step)
+
+    accum = config.gradient_accumulation_steps
+    batches = _micro_batches(
+        train_samples, config, accelerator.process_index, accelerator.num_processes, start=state.step * accum
+    )
+    started = time.monotonic()
+    stopped_early = False
+    bar = tqdm(
+        total=config.max_steps,
+        initial=state.step,
+        desc="train",
+        disable=not (config.progress and accelerator.is_local_main_process),
+    )
+    window_tokens, window_started = 0, time.monotonic()
+    while state.step < config.max_steps:
+        lr = learning_rate_at(state.step, config)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        sums: dict[str, float] = {}
+        for micro in range(accum):
+            batch = _to_device(collate(next(batches)), accelerator.device)
+            window_tokens += _count_tokens(batch)
+            syncing = micro == accum - 1  # all-reduce gradients only once per optimizer step
+            with nullcontext() if syncing else accelerator.no_sync(model):
+                loss, metrics = loss_fn(model, batch)
+                accelerator.backward(loss / accum)
+            for key, value in {"loss": float(loss.detach()), **metrics}.items():
+                sums[key] = sums.get(key, 0.0) + float(value) / accum
+        grad_norm = (
+            accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            if config.max_grad_norm
+            else None
+        )
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state.step += 1
+
+        row: dict[str, float] = {"step": state.step, "lr": lr, **{f"train/{k}": v for k, v in sums.items()}}
+        if grad_norm is not None:
+            row["train/grad_norm"] = float(grad_norm)
+        if state.step % config.log_every == 0 or state.step == config.max_steps:
+            elapsed = max(time.monotonic() - window_started, 1e-9)
+            row["train/tokens_per_s"] = window_tokens * accelerator.num_processes / elapsed
+            window_tokens, window_started = 0, time.monotonic()
+        out_of_time = config.max_seconds is not None and time.monotonic() - started > config.max_seconds
+        last = state.step == config.max_steps or out_of_time
+        if (config.eval_every and state.step % config.eval_every == 0) or last:
+            if eval_samples:
+                row.update(evaluate(model, eval_samples, collate, loss_fn, config, accelerator))
+            if eval_fn is not None:
+                row.update(eval_fn(accelerator.unwrap_model(model)))
+        state.history.append(row)
+        bar.update(1)
+        bar.set_postfix(
+            {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}
+        )
+        if config.save_checkpoints and ((config.save_every and state.step % config.save_every == 0) or last):
+            _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints)
+        if out_of_time and state.step < config.max_steps:
+            logger.warning("time budget of %.0f s spent: stopping at step %d", config.max_seconds, state.step)
+            stopped_early = True
+            break
+    bar.close()
+    accelerator.wait_for_everyone()
+    unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)  # plain forward, no autocast
+    unwrapped.eval()
+    return LoopResult(unwrapped, state.step, state.history, resumed_from, stopped_early, accelerator)

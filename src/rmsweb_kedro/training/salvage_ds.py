@@ -1,0 +1,601 @@
+r"""Salvage-DS: group-relative RL at the level of one action, with a gate and an action-only anchor.
+
+For each critical state :math:`s_g` the current policy samples a group of G replies
+:math:`o_{g,1..G}` (thought + action) with their token log-probabilities under the sampling policy
+:math:`\pi_{old}`. Each reply is scored against the reference action(s) :math:`a^*_g`:
+
+    r_{g,i} = r_pos      if the reply's action is semantically equal to a reference action
+            = r_neg      if it parses but does something else
+            = r_invalid  if it does not parse                        (no partial credit)
+
+Group statistics: :math:`\mu_g = mean_i r_{g,i}`, :math:`\sigma_g = std_i r_{g,i}` (population std) and the
+competence :math:`c_g` = share of replies that are right. The **contrast-and-competence gate** accepts a group when
+
+    \sigma_g > \tau_contrast   and   c_low <= c_g <= c_high
+
+and otherwise rejects it with one reason: ``no_contrast`` (all rewards equal), ``too_hard`` (c_g < c_low) or
+``too_easy`` (c_g > c_high). Accepted groups :math:`\mathcal{A}` get group-relative advantages
+
+    \hat A_{g,i} = (r_{g,i} - \mu_g) / (\sigma_g + \epsilon_std)    (or r_{g,i} - \mu_g when scale_by_std is off)
+
+and rejected groups :math:`\mathcal{R}` get the **action-only anchor**: the negative log-likelihood of the tokens
+of the reference *action* :math:`y^*_g` (the thought masked out). With the token ratio
+:math:`\rho_{g,i,t} = \pi_\theta(o_{g,i,t} | s_g, o_{g,i,<t}) / \pi_{old}(o_{g,i,t} | s_g, o_{g,i,<t})`
+the total loss of one optimizer step is
+
+    L(\theta) = 1/N_o \sum_{g \in A} \sum_i \sum_t [ -min(\rho \hat A_{g,i}, clip(\rho, 1-\epsilon_low, 1+\epsilon_high) \hat A_{g,i})
+                                                   + \beta D_k3(g,i,t) ]
+              + \lambda \cdot 1/N_a \sum_{g \in R} \sum_{t \in action(y^*_g)} -log \pi_\theta(y^*_{g,t} | s_g, y^*_{g,<t})
+
+    D_k3 = \pi_ref / \pi_\theta - log(\pi_ref / \pi_\theta) - 1     (\pi_ref: the frozen SFT policy, per token)
+
+where :math:`N_o` is the number of completion tokens of accepted groups and :math:`N_a` the number of anchored
+action tokens in the step (token-level aggregation: every token weighs the same, long replies do not dilute).
+A term with no tokens is zero. The modes are ablations of the same formula:
+
+    grpo                  every group accepted (no gate), no anchor
+    dapo_filter           contrast gate only (\sigma_g > \tau_contrast), rejected groups dropped
+    salvage_ds            the full gate, rejected groups anchored with weight \lambda
+    salvage_ds_no_anchor  the full gate, rejected groups dropped
+
+Every symbol is a field of :class:`SalvageDSParams` (``conf/base/parameters_salvage_ds.yml``). The partial-credit
+reward (type / target / argument weighted, the usual GUI-RL design) is kept as an ablation: ``reward: partial``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rmsweb_kedro.actions import Action, normalized_argument, same_target, semantically_equal
+
+Mode = Literal["grpo", "dapo_filter", "salvage_ds", "salvage_ds_no_anchor"]
+RejectReason = Literal["no_contrast", "too_easy", "too_hard"]
+REJECT_REASONS: tuple[RejectReason, ...] = ("no_contrast", "too_easy", "too_hard")
+
+
+class SalvageDSParams(BaseModel):
+    """The symbols of the loss (names as in the module docstring) and the sampling and optimisation settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Mode = "salvage_ds"
+    # reward
+    reward: Literal["polarized", "partial"] = "polarized"
+    r_pos: float = 1.0
+    r_neg: float = -1.0
+    r_invalid: float = -1.0
+    w_type: float = 0.2  # partial-credit ablation only
+    w_target: float = 0.4
+    w_argument: float = 0.4
+    # groups and gate
+    group_size: int = Field(8, ge=2)  # G
+    tau_contrast: float = Field(1e-6, ge=0.0)
+    c_low: float = Field(0.1, ge=0.0, le=1.0)
+    c_high: float = Field(0.9, ge=0.0, le=1.0)
+    # objective
+    scale_by_std: bool = True
+    eps_std: float = Field(1e-4, gt=0.0)
+    eps_low: float = Field(0.2, ge=0.0, lt=1.0)
+    eps_high: float = Field(0.28, ge=0.0)
+    beta: float = Field(0.0, ge=0.0)  # weight of D_k3 to the frozen SFT policy; 0: no reference model
+    lam: float = Field(0.5, ge=0.0)  # anchor weight lambda
+    # sampling (the policy that produces pi_old)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(48, ge=1)
+
+    @model_validator(mode="after")
+    def _band(self) -> SalvageDSParams:
+        if self.c_low > self.c_high:
+            raise ValueError(f"c_low ({self.c_low}) must not exceed c_high ({self.c_high})")
+        return self
+
+    @property
+    def anchor_weight(self) -> float:
+        """lambda as the mode uses it: only ``salvage_ds`` anchors rejected groups."""
+        return self.lam if self.mode == "salvage_ds" else 0.0
+
+
+# ---------------------------------------------------------------- rewards
+
+
+def is_right(action: Action | None, references: list[Action]) -> bool:
+    """True when ``action`` does what one of the reference actions does (type, target, normalised argument)."""
+    return any(semantically_equal(action, ref) for ref in references)
+
+
+def polarized_reward(action: Action | None, references: list[Action], p: SalvageDSParams) -> float:
+    """r_pos for a semantically equal action, r_neg for any other action, r_invalid when it did not parse."""
+    if action is None:
+        return p.r_invalid
+    return p.r_pos if is_right(action, references) else p.r_neg
+
+
+def partial_credit_reward(action: Action | None, references: list[Action], p: SalvageDSParams) -> float:
+    """Ablation: w_type for the right type, + w_target for the right target, + w_argument for the right argument
+    (each part counts only when the parts before it are right); the best over the references."""
+    if action is None:
+        return p.r_invalid
+
+    def credit(ref: Action) -> float:
+        if action.type != ref.type:
+            return 0.0
+        if not same_target(action, ref):
+            return p.w_type
+        if normalized_argument(action) != normalized_argument(ref):
+            return p.w_type + p.w_target
+        return p.w_type + p.w_target + p.w_argument
+
+    return max((credit(ref) for ref in references), default=0.0)
+
+
+def reward(action: Action | None, references: list[Action], p: SalvageDSParams) -> float:
+    """The reward ``p.reward`` names."""
+    scorer = polarized_reward if p.reward == "polarized" else partial_credit_reward
+    return scorer(action, references, p)
+
+
+# ---------------------------------------------------------------- group statistics and the gate
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """mu_g, sigma_g (population std) and the competence c_g of one group."""
+
+    mean: float
+    std: float
+    competence: float
+
+
+def group_statistics(rewards: list[float], right: list[bool]) -> GroupStats:
+    """Statistics of one group from its rewards and whether each sample was right."""
+    if not rewards or len(rewards) != len(right):
+        raise ValueError(
+            f"a group needs one 'right' flag per reward; got {len(rewards)} rewards, {len(right)} flags"
+        )
+    r = torch.tensor(rewards, dtype=torch.float64)
+    return GroupStats(float(r.mean()), float(r.std(correction=0)), sum(right) / len(right))
+
+
+def gate(stats: GroupStats, p: SalvageDSParams) -> RejectReason | None:
+    """None when the group is accepted for the clipped objective, else why it is rejected (see the modes)."""
+    if p.mode == "grpo":
+        return None
+    if stats.std <= p.tau_contrast:
+        return "no_contrast"
+    if p.mode == "dapo_filter":
+        return None
+    if stats.competence < p.c_low:
+        return "too_hard"
+    if stats.competence > p.c_high:
+        return "too_easy"
+    return None
+
+
+def group_advantages(rewards: torch.Tensor, p: SalvageDSParams) -> torch.Tensor:
+    """A_hat of the samples of one or more groups: ``rewards`` is (groups, G), the result has the same shape."""
+    centred = rewards - rewards.mean(dim=-1, keepdim=True)
+    if not p.scale_by_std:
+        return centred
+    return centred / (rewards.std(dim=-1, keepdim=True, correction=0) + p.eps_std)
+
+
+# ---------------------------------------------------------------- per-token terms
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log pi(token_t | prefix) for every position: ``logits`` (B, T, V) already aligned with ``tokens`` (B, T).
+    The temperature is the sampling temperature, so pi_theta and pi_old are the same distribution family."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of the policy at every position (B, T); a metric, computed without gradient."""
+    with torch.no_grad():
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        return -(logp.exp() * logp).sum(-1)
+
+
+def clipped_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, p: SalvageDSParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) and where the clip is active (bool).
+
+    ``advantages`` broadcasts against the token tensors (one value per sample: shape (B, 1))."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - p.eps_low, 1.0 + p.eps_high) * advantages
+    return -torch.minimum(unclipped, clipped), (clipped < unclipped)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """D_k3 = pi_ref/pi_theta - log(pi_ref/pi_theta) - 1 per token: non-negative, unbiased for KL(pi_theta||pi_ref)."""
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+@dataclass
+class LossParts:
+    """The terms of L for one (micro-)batch, already divided by the step's token counts N_o and N_a, so the
+    parts of several micro-batches of one step add up to the step's loss."""
+
+    loss: torch.Tensor
+    surrogate: torch.Tensor
+    kl: torch.Tensor
+    anchor: torch.Tensor
+    clipped_tokens: int
+
+
+def salvage_ds_loss(
+    p: SalvageDSParams,
+    *,
+    logp: torch.Tensor | None = None,
+    old_logp: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
+    completion_mask: torch.Tensor | None = None,
+    n_completion_tokens: int = 0,
+    ref_logp: torch.Tensor | None = None,
+    anchor_logp: torch.Tensor | None = None,
+    anchor_mask: torch.Tensor | None = None,
+    n_anchor_tokens: int = 0,
+) -> LossParts:
+    """L (module docstring) for the accepted samples (``logp``/``old_logp``/``completion_mask``: (B, T);
+    ``advantages``: (B,)) and the anchored references (``anchor_logp``/``anchor_mask``: (B', T')).
+
+    ``n_completion_tokens`` (N_o) and ``n_anchor_tokens`` (N_a) are the counts over the whole optimizer step."""
+    zero = torch.zeros(())
+    surrogate, kl, anchor, clipped_tokens = zero, zero, zero, 0
+    if logp is not None and n_completion_tokens > 0:
+        assert old_logp is not None and advantages is not None and completion_mask is not None
+        mask = completion_mask.to(logp.dtype)
+        per_token, clipped = clipped_surrogate(logp, old_logp, advantages.unsqueeze(-1), p)
+        surrogate = (per_token * mask).sum() / n_completion_tokens
+        clipped_tokens = int((clipped & completion_mask.bool()).sum())
+        if p.beta > 0:
+            if ref_logp is None:
+                raise ValueError("beta > 0 needs the reference log-probabilities (ref_logp)")
+            kl = (k3_kl(logp, ref_logp) * mask).sum() / n_completion_tokens
+    if anchor_logp is not None and n_anchor_tokens > 0 and p.anchor_weight > 0:
+        assert anchor_mask is not None
+        anchor = -(anchor_logp * anchor_mask.to(anchor_logp.dtype)).sum() / n_anchor_tokens
+    loss = surrogate + p.beta * kl + p.anchor_weight * anchor
+    return LossParts(loss=loss, surrogate=surrogate, kl=kl, anchor=anchor, clipped_tokens=clipped_tokens)
+
+
+# ---------------------------------------------------------------- the anchor's token mask
+
+_ACTION_CALL = re.compile(r"^[ \t]*action[ \t]*:[ \t]*(\S.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_THOUGHT_TEXT = re.compile(r"^[ \t]*thought[ \t]*:(.*)$", re.IGNORECASE | re.MULTILINE)
+
+
+def action_char_span(reply: str) -> tuple[int, int]:
+    """[start, end) of the action call inside an assistant reply (``format_reply``: 'Thought: ...\\nAction: call')."""
+    matches = list(_ACTION_CALL.finditer(reply))
+    if len(matches) != 1:
+        raise ValueError(
+            f"the reference reply must hold exactly one 'Action:' line, found {len(matches)}: {reply!r}"
+        )
+    return matches[0].span(1)
+
+
+def action_token_mask(offsets: list[tuple[int, int]], reply: str) -> list[int]:
+    """1 for the reply tokens that belong to the action call, 0 for all others (the thought, 'Action:', ...).
+
+    ``offsets`` are the tokenizer's character offsets of the reply's tokens (``return_offsets_mapping``). A token
+    is in the action when it overlaps the action's span and overlaps no character of the thought line, so a
+    token that straddles both (possible with byte-level BPE) is left out and no gradient reaches the thought."""
+    start, end = action_char_span(reply)
+    thought = _THOUGHT_TEXT.search(reply)
+    t_start, t_end = thought.span() if thought else (0, 0)
+
+    def overlaps(a: int, b: int, lo: int, hi: int) -> bool:
+        return a < hi and lo < b
+
+    return [int(overlaps(a, b, start, end) and not overlaps(a, b, t_start, t_end)) for a, b in offsets]
+
+
+# ================================================================ training on the shared loop
+# Only what differs from SFT: a "sample" is a tokenised state; a step samples G replies per state with the current
+# policy, scores and gates the groups, then takes one gradient step on L. One update per sampled batch (mu = 1),
+# so pi_old = pi_theta at the update and the ratio is 1 there; the clip bounds later updates on the same samples.
+
+
+@dataclass(frozen=True)
+class PreparedState:
+    """A state tokenised once: its prompt, its reference action(s) and the reference reply with the anchor mask."""
+
+    state_id: str
+    prompt_ids: list[int]
+    references: list[Action]
+    reply_ids: list[int]  # reference reply + end of turn
+    reply_action_mask: list[int]  # 1 on the action's tokens (and the end of turn), 0 on the thought
+
+
+def prepare_states(states: list[dict], processor, prompt_config) -> list[PreparedState]:
+    """Tokenise STATE_SCHEMA rows with the policy's prompt (``prompts.build_messages``) and reference reply."""
+    from rmsweb_kedro.actions import ActionParseError, parse_action
+    from rmsweb_kedro.prompts import build_messages, reference_reply, render_prompt
+
+    tokenizer = getattr(processor, "tokenizer", processor)
+    end_of_turn = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+    prepared = []
+    for row in states:
+        try:
+            references = [parse_action(row["reference_action"])]
+        except (ActionParseError, TypeError) as err:
+            raise ValueError(
+                f"state {row.get('state_id')!r}: field reference_action does not parse: {err}"
+            ) from None
+        messages, _ = build_messages(row, prompt_config, tokenizer)
+        prompt_ids = tokenizer(render_prompt(messages, processor), add_special_tokens=False)["input_ids"]
+        reply = reference_reply(row, prompt_config)
+        encoded = tokenizer(reply, add_special_tokens=False, return_offsets_mapping=True)
+        mask = action_token_mask(encoded["offset_mapping"], reply)
+        prepared.append(
+            PreparedState(
+                state_id=row["state_id"],
+                prompt_ids=list(prompt_ids),
+                references=references,
+                reply_ids=[*encoded["input_ids"], end_of_turn],
+                reply_action_mask=[*mask, 1],  # ending the turn after the action is part of acting
+            )
+        )
+    return prepared
+
+
+def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask
+
+
+def continuation_logits(
+    model, prompts: list[list[int]], continuations: list[list[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward over prompt + continuation rows: ``(logits (B, C, V), targets (B, C), mask (B, C))`` where
+    ``logits[:, t]`` predicts ``targets[:, t]``, the t-th continuation token. Prompts are left-padded and
+    continuations right-padded, so the continuations line up and only C + 1 positions of logits are computed
+    (the vocabulary of a real model is large)."""
+    prompt_width = max(len(p) for p in prompts)
+    width = max(len(c) for c in continuations)
+    ids, attention = [], []
+    for prompt, continuation in zip(prompts, continuations, strict=True):
+        left, right = prompt_width - len(prompt), width - len(continuation)
+        ids.append([pad_id] * left + prompt + continuation + [pad_id] * right)
+        attention.append([0] * left + [1] * (len(prompt) + len(continuation)) + [0] * right)
+    device = next(model.parameters()).device
+    ids_t = torch.tensor(ids, device=device)
+    out = model(
+        input_ids=ids_t, attention_mask=torch.tensor(attention, device=device), logits_to_keep=width + 1
+    )
+    mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in continuations], device=device)
+    return out.logits[:, :-1], ids_t[:, prompt_width:], mask
+
+
+def _end_of_turn_ids(model) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    return set(eos if isinstance(eos, list) else [eos])
+
+
+def sample_replies(
+    model, prompts: list[list[int]], n: int, p: SalvageDSParams, pad_id: int, greedy: bool = False
+) -> list[list[list[int]]]:
+    """``n`` replies per prompt from ``model`` (token ids, up to and including the end of turn when produced)."""
+    ids, attention = _left_pad(prompts, pad_id)
+    device = next(model.parameters()).device
+    sampling = (
+        {"do_sample": False}
+        if greedy
+        else {"do_sample": True, "temperature": p.temperature, "top_p": p.top_p}
+    )
+    out = model.generate(
+        input_ids=ids.to(device),
+        attention_mask=attention.to(device),
+        max_new_tokens=p.max_new_tokens,
+        num_return_sequences=n,
+        pad_token_id=pad_id,
+        top_k=None,
+        **sampling,
+    )
+    end = _end_of_turn_ids(model)
+    replies = []
+    for row in out[:, ids.shape[1] :].tolist():
+        cut = next((i + 1 for i, token in enumerate(row) if token in end), len(row))
+        replies.append(row[:cut])
+    return [replies[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def parse_sampled(tokenizer, reply_ids: list[int]) -> Action | None:
+    """The action of a sampled reply, or None when the text is not exactly one valid action."""
+    from rmsweb_kedro.actions import ActionParseError, parse_reply
+
+    try:
+        return parse_reply(tokenizer.decode(reply_ids, skip_special_tokens=True))[1]
+    except ActionParseError:
+        return None
+
+
+class SalvageDSStep:
+    """The shared loop's ``loss_fn`` for Salvage-DS: sample G replies per state with the current policy, score and
+    gate each group, then L (module docstring) on the accepted samples and the anchored references."""
+
+    def __init__(self, p: SalvageDSParams, tokenizer, reference_model=None):
+        if p.beta > 0 and reference_model is None:
+            raise ValueError("beta > 0 needs the frozen reference model (the SFT policy)")
+        self.p = p
+        self.tokenizer = tokenizer
+        self.pad_id = tokenizer.pad_token_id
+        self.reference_model = reference_model
+
+    def score(
+        self, state: PreparedState, replies: list[list[int]]
+    ) -> tuple[list[float], list[bool], list[bool]]:
+        """Rewards, right flags and parsed flags of one group."""
+        actions = [parse_sampled(self.tokenizer, reply) for reply in replies]
+        rewards = [reward(action, state.references, self.p) for action in actions]
+        return rewards, [is_right(a, state.references) for a in actions], [a is not None for a in actions]
+
+    def __call__(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        p, states = self.p, batch["states"]
+        policy = getattr(model, "module", model)  # a DDP wrapper has no generate: use the bare module
+        with torch.no_grad():
+            groups = sample_replies(policy, [s.prompt_ids for s in states], p.group_size, p, self.pad_id)
+
+        accepted: list[tuple[list[int], list[int], float]] = []  # (prompt, reply, advantage)
+        anchored: list[PreparedState] = []
+        rejections = dict.fromkeys(REJECT_REASONS, 0)
+        all_rewards, all_right, all_parsed = [], [], []
+        for state, replies in zip(states, groups, strict=True):
+            rewards, right, parsed = self.score(state, replies)
+            all_rewards += rewards
+            all_right += right
+            all_parsed += parsed
+            reason = gate(group_statistics(rewards, right), p)
+            if reason is None:
+                advantages = group_advantages(torch.tensor([rewards]), p)[0].tolist()
+                accepted += [(state.prompt_ids, r, a) for r, a in zip(replies, advantages, strict=True)]
+            else:
+                rejections[reason] += 1
+                if p.anchor_weight > 0:
+                    anchored.append(state)
+
+        # One forward for both terms; with nothing to train, one reference row keeps every process's
+        # forward/backward in step (DDP) and contributes exactly zero.
+        n_acc = len(accepted)
+        rows = anchored or ([] if accepted else states[:1])
+        prompts = [a[0] for a in accepted] + [s.prompt_ids for s in rows]
+        replies = [a[1] for a in accepted] + [s.reply_ids for s in rows]
+        logits, targets, mask = continuation_logits(model, prompts, replies, self.pad_id)
+        temperature = torch.tensor([p.temperature] * n_acc + [1.0] * len(rows), device=logits.device)
+        logp = token_logprobs(logits, targets, temperature.view(-1, 1, 1))
+        width = targets.shape[1]
+        anchor_mask = (
+            torch.tensor(
+                [s.reply_action_mask + [0] * (width - len(s.reply_action_mask)) for s in anchored],
+                dtype=torch.long,
+            )
+            .reshape(len(anchored), width)
+            .to(logits.device)
+        )
+        ref_logp = None
+        if p.beta > 0 and n_acc:
+            ref_logp = self._reference_logprobs(prompts[:n_acc], replies[:n_acc], width, logits.device)
+        acc_mask = mask[:n_acc]
+        parts = salvage_ds_loss(
+            p,
+            logp=logp[:n_acc],
+            old_logp=logp[:n_acc].detach(),  # mu = 1: pi_old is the policy that just sampled
+            advantages=torch.tensor([a[2] for a in accepted], device=logits.device),
+            completion_mask=acc_mask,
+            n_completion_tokens=int(acc_mask.sum()),
+            ref_logp=ref_logp,
+            anchor_logp=logp[n_acc:],
+            anchor_mask=anchor_mask,
+            n_anchor_tokens=int(anchor_mask.sum()),
+        )
+        loss = parts.loss + 0.0 * logp.sum()
+
+        trained = torch.cat([acc_mask, anchor_mask]).bool()
+        entropy = token_entropy(logits[: trained.shape[0]], p.temperature)[trained]
+        n_groups = len(states)
+        metrics = {
+            "groups": float(n_groups),
+            "acceptance_rate": (n_groups - sum(rejections.values())) / n_groups,
+            **{f"rejected_{reason}": count / n_groups for reason, count in rejections.items()},
+            "anchor_share": len(anchored) / n_groups,
+            "mean_reward": sum(all_rewards) / len(all_rewards),
+            "competence": sum(all_right) / len(all_right),
+            "valid_rate": sum(all_parsed) / len(all_parsed),
+            "surrogate": float(parts.surrogate.detach()),
+            "anchor_nll": float(parts.anchor.detach()),
+            "kl": float(parts.kl.detach()),
+            "clip_fraction": parts.clipped_tokens / max(1, int(acc_mask.sum())),
+            "entropy": float(entropy.mean()) if entropy.numel() else 0.0,
+            "sampled_actions": float(len(all_rewards)),
+        }
+        return loss, metrics
+
+    def _reference_logprobs(self, prompts, replies, width: int, device) -> torch.Tensor:
+        """log pi_ref of the accepted replies, right-padded to the policy forward's ``width`` (anchor rows may be
+        longer); padding positions are masked out of the loss."""
+        reference = self.reference_model.to(device)
+        with torch.no_grad():
+            logits, targets, _ = continuation_logits(reference, prompts, replies, self.pad_id)
+            ref_logp = token_logprobs(logits, targets, self.p.temperature)
+        return torch.nn.functional.pad(ref_logp, (0, width - ref_logp.shape[1]))
+
+
+def evaluate_competence(
+    model, states: list[PreparedState], p: SalvageDSParams, tokenizer, n: int, chunk: int = 8
+) -> tuple[dict[str, float], dict[str, float]]:
+    """``(summary, per_state)``: greedy accuracy, competence (share of ``n`` sampled replies that are right,
+    averaged over states) and valid-output rate of ``model`` on ``states``; competence of each state by id."""
+    scorer = SalvageDSStep(p.model_copy(update={"beta": 0.0}), tokenizer)
+    greedy_right, competence, valid, per_state = 0, 0.0, 0, {}
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(states), chunk):
+            part = states[start : start + chunk]
+            prompts = [s.prompt_ids for s in part]
+            greedy = sample_replies(model, prompts, 1, p, scorer.pad_id, greedy=True)
+            sampled = sample_replies(model, prompts, n, p, scorer.pad_id)
+            for state, (best,), replies in zip(part, greedy, sampled, strict=True):
+                greedy_right += scorer.score(state, [best])[1][0]
+                _, right, parsed = scorer.score(state, replies)
+                per_state[state.state_id] = sum(right) / n
+                competence += per_state[state.state_id]
+                valid += sum(parsed)
+    model.train(was_training)
+    count = max(1, len(states))
+    summary = {
+        "greedy_accuracy": greedy_right / count,
+        "competence": competence / count,
+        "valid_rate": valid / (count * n),
+    }
+    return summary, per_state
+
+
+def train_salvage_ds(
+    model,
+    processor,
+    train_states: list[dict],
+    p: SalvageDSParams,
+    loop_config,
+    prompt_config,
+    eval_states: list[dict] | None = None,
+    eval_samples: int = 8,
+    accelerator=None,
+):
+    """Salvage-DS on ``train_states`` (STATE_SCHEMA rows) with the shared loop (``loop_config.batch_size`` states
+    a step); ``eval_states`` are scored (``evaluate_competence``) at each evaluation. Returns the ``LoopResult``."""
+    import copy
+
+    from rmsweb_kedro.training.loop import train_loop
+
+    tokenizer = getattr(processor, "tokenizer", processor)
+    prepared = prepare_states(train_states, processor, prompt_config)
+    held_out = prepare_states(eval_states or [], processor, prompt_config)
+    reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 else None
+    step = SalvageDSStep(p, tokenizer, reference)
+
+    def eval_fn(policy) -> dict[str, float]:
+        summary, _ = evaluate_competence(policy, held_out, p, tokenizer, eval_samples)
+        return {f"eval/{name}": value for name, value in summary.items()}
+
+    return train_loop(
+        model,
+        prepared,
+        collate=lambda items: {"states": items},
+        loss_fn=step,
+        config=loop_config,
+        eval_fn=eval_fn if held_out else None,
+        accelerator=accelerator,
+    )

@@ -1,0 +1,1 @@
+"""The web side: sandbox websites and tasks (``web.sandbox``) and the Playwright environment (``web.browser``)."""

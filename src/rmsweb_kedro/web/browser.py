@@ -1,0 +1,589 @@
+"""BrowserEnv: headless Chromium driven by Playwright's sync API; ``reset(task)`` and ``step(action)`` return an
+:class:`~rmsweb_kedro.schema.Observation` (axtree with element ids, elements, screenshot, URL, tabs, error).
+
+One env per thread: Playwright's sync API belongs to the thread that started it, so create, use and close an env
+in the same thread (:func:`run_parallel` does this for N envs). Errors of an action (unknown id, timeout, blocked
+URL) go into ``Observation.error``; a crashed browser is relaunched with the session's cookies and the last URL,
+and that observation has ``env_error=True``. See docs/sandbox.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, Field
+
+from rmsweb_kedro.actions import Action, ActionType
+from rmsweb_kedro.schema import Element, Observation, Task
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-proxy-server",
+]
+_SCROLL_PX = 600
+_MAX_WAIT_S = 10.0
+_CRASH_WORDS = ("has been closed", "crash", "target closed", "connection closed", "browser closed")
+
+# Walks the visible DOM once: numbers interactive elements 1, 2, 3... in DOM order (tagging them with
+# data-rms-id so actions find them) and keeps headings and short own-text of other elements.
+_SNAPSHOT_JS = """(maxChars) => {
+  const clean = s => (s || '').replace(/\\s+/g, ' ').trim().slice(0, maxChars);
+  const roleOf = el => {
+    const t = el.tagName;
+    if (t === 'A' && el.hasAttribute('href')) return 'link';
+    if (t === 'BUTTON') return 'button';
+    if (t === 'SELECT') return 'combobox';
+    if (t === 'TEXTAREA') return 'textbox';
+    if (t === 'INPUT') {
+      const ty = (el.type || 'text').toLowerCase();
+      if (ty === 'hidden') return null;
+      if (ty === 'checkbox' || ty === 'radio') return ty;
+      if (['submit', 'button', 'reset'].includes(ty)) return 'button';
+      return 'textbox';
+    }
+    return null;
+  };
+  const visible = el => {
+    if (!el.getClientRects().length) return false;
+    const s = getComputedStyle(el);
+    return s.visibility !== 'hidden' && s.display !== 'none';
+  };
+  const nameOf = el => clean(el.getAttribute('aria-label'))
+    || (el.labels && el.labels.length ? clean(Array.from(el.labels[0].childNodes)
+        .filter(n => n.nodeType === 3).map(n => n.textContent).join(' ')) : '')
+    || clean(el.getAttribute('placeholder')) || clean(el.innerText) || clean(el.value) || clean(el.getAttribute('title'));
+  document.querySelectorAll('[data-rms-id]').forEach(e => e.removeAttribute('data-rms-id'));
+  const items = [];
+  let n = 0;
+  const walk = node => {
+    for (const el of node.children) {
+      if (['SCRIPT', 'STYLE', 'OPTION', 'HEAD', 'TITLE'].includes(el.tagName) || !visible(el)) continue;
+      const role = roleOf(el);
+      if (role) {
+        n += 1;
+        el.setAttribute('data-rms-id', String(n));
+        let value = null;
+        if (role === 'combobox') value = el.selectedOptions.length ? clean(el.selectedOptions[0].text) : '';
+        else if (role === 'textbox') value = el.value;
+        else if (role === 'checkbox' || role === 'radio') value = el.checked ? 'true' : 'false';
+        const r = el.getBoundingClientRect();
+        items.push({kind: 'element', id: n, role, name: nameOf(el), value, tag: el.tagName.toLowerCase(),
+                    bbox: [r.x + scrollX, r.y + scrollY, r.width, r.height]});
+        continue;
+      }
+      if (/^H[1-3]$/.test(el.tagName)) { items.push({kind: 'heading', text: clean(el.innerText)}); continue; }
+      if (el.tagName !== 'LABEL') {
+        const own = clean(Array.from(el.childNodes).filter(c => c.nodeType === 3).map(c => c.textContent).join(' '));
+        if (own) items.push({kind: 'text', text: own});
+      }
+      walk(el);
+    }
+  };
+  walk(document.body || document.documentElement);
+  return items;
+}"""
+
+# Marks a document that is about to be replaced (form submission, same-tab link, script submit), so the env
+# waits for the next document instead of snapshotting the old one; a cancelled submit or click clears the mark.
+_NAVIGATION_MARK_JS = """(() => {
+  const mark = () => { window.__rmsNavigating = true; };
+  const submit = HTMLFormElement.prototype.submit;
+  HTMLFormElement.prototype.submit = function () { mark(); return submit.call(this); };
+  document.addEventListener('submit', mark, true);
+  document.addEventListener('click', e => {
+    const a = e.target.closest && e.target.closest('a[href]');
+    if (a && (!a.target || a.target === '_self') && a.protocol.startsWith('http')
+        && !(a.hash && a.pathname === location.pathname)) mark();
+  }, true);
+  const unmarkIfCancelled = e => { if (e.defaultPrevented) window.__rmsNavigating = false; };
+  window.addEventListener('submit', unmarkIfCancelled);
+  window.addEventListener('click', unmarkIfCancelled);
+})();"""
+
+_MARKS_JS = """() => {
+  document.querySelectorAll('[data-rms-id]').forEach(el => {
+    const r = el.getBoundingClientRect();
+    const m = document.createElement('div');
+    m.className = '__rms_mark';
+    m.textContent = el.getAttribute('data-rms-id');
+    m.style.cssText = `position:fixed;left:${r.x}px;top:${Math.max(0, r.y - 14)}px;background:#e0245e;color:#fff;`
+      + 'font:bold 11px monospace;padding:0 3px;z-index:2147483647;pointer-events:none';
+    const box = document.createElement('div');
+    box.className = '__rms_mark';
+    box.style.cssText = `position:fixed;left:${r.x}px;top:${r.y}px;width:${r.width}px;height:${r.height}px;`
+      + 'outline:2px solid #e0245e;z-index:2147483646;pointer-events:none';
+    document.body.append(box, m);
+  });
+}"""
+_UNMARK_JS = "() => document.querySelectorAll('.__rms_mark').forEach(m => m.remove())"
+_POINT_JS = """([x, y]) => {
+  const el = document.elementFromPoint(x - scrollX, y - scrollY);
+  const target = el && el.closest('[data-rms-id]');
+  return target ? Number(target.getAttribute('data-rms-id')) : null;
+}"""
+
+
+class BrowserConfig(BaseModel):
+    """How Chromium is started and how long actions may take (``params:collect`` may carry one)."""
+
+    executable: str = "/usr/bin/chromium"  # the RMSWEB_CHROMIUM environment variable overrides it
+    args: list[str] = Field(default_factory=lambda: list(DEFAULT_ARGS))
+    host_resolver_rules: str | None = None  # e.g. SandboxServer.host_resolver_rules
+    headless: bool = True
+    viewport: tuple[int, int] = (1280, 800)
+    action_timeout_ms: int = Field(default=5000, gt=0)
+    navigation_timeout_ms: int = Field(default=15000, gt=0)
+    # A fixed pause after each action; navigations an action starts are awaited anyway.
+    settle_ms: int = Field(default=0, ge=0)
+    allowed_domains: list[str] = Field(default_factory=list)  # besides the task's own host
+    set_of_marks: bool = False
+    screenshots: bool = True
+    max_text_chars: int = Field(default=100, gt=0)
+
+    def executable_path(self) -> str:
+        path = os.environ.get("RMSWEB_CHROMIUM") or self.executable
+        if not Path(path).exists():
+            raise FileNotFoundError(
+                f"Chromium not found at {path!r}: install Debian's chromium or set RMSWEB_CHROMIUM "
+                "(or BrowserConfig.executable) to a Chromium executable"
+            )
+        return path
+
+
+def format_axtree(items: list[dict[str, Any]]) -> tuple[str, list[Element]]:
+    """Snapshot items -> axtree text (``role "name" [id]``) and the interactive elements."""
+    lines, elements = [], []
+    for item in items:
+        if item["kind"] != "element":
+            lines.append(f'{item["kind"]} "{_quoted(item["text"])}"')
+            continue
+        element = Element(
+            id=item["id"],
+            role=item["role"],
+            name=item["name"],
+            value=item["value"],
+            tag=item["tag"],
+            bbox=tuple(item["bbox"]),
+        )
+        elements.append(element)
+        line = f'{element.role} "{_quoted(element.name)}" [{element.id}]'
+        if element.role == "combobox" or (element.role == "textbox" and element.value):
+            line += f' value="{_quoted(element.value or "")}"'
+        elif element.role in ("checkbox", "radio") and element.value == "true":
+            line += " checked"
+        lines.append(line)
+    return "\n".join(lines), elements
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+class BrowserEnv:
+    """A headless Chromium for one episode at a time. Not thread-safe: one env per thread."""
+
+    def __init__(self, config: BrowserConfig | None = None):
+        self.config = config or BrowserConfig()
+        self.tag = uuid.uuid4().hex[:12]  # marks this env's Chromium processes (see browser_pids)
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._context: Any = None
+        self._page: Any = None
+        self._cookies: list[dict[str, Any]] = []
+        self._allowed_hosts: set[str] = set()
+        self._blocked: list[str] = []
+        self._known_pages: set[int] = set()
+        self._last_url = "about:blank"
+        self._navigations = 0
+        self._screenshot_dir: Path | None = None
+        self.task: Task | None = None
+        self.step_index = 0
+        self.final_answer: str | None = None
+        self.done = False
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> BrowserEnv:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the browser and stop Playwright (safe to call twice)."""
+        for closer in (self._browser, self._playwright):
+            if closer is not None:
+                try:
+                    closer.close() if closer is self._browser else closer.stop()
+                except Exception as err:  # a dead browser cannot be closed cleanly; it is gone anyway
+                    logger.debug("closing: %s", err)
+        self._browser = self._playwright = self._context = self._page = None
+
+    def _launch(self) -> None:
+        if self._playwright is None:
+            from playwright.sync_api import sync_playwright
+
+            self._playwright = sync_playwright().start()
+        args = [*self.config.args, f"--rmsweb-env={self.tag}"]
+        if self.config.host_resolver_rules:
+            args.append(f"--host-resolver-rules={self.config.host_resolver_rules}")
+        self._browser = self._playwright.chromium.launch(
+            executable_path=self.config.executable_path(), headless=self.config.headless, args=args
+        )
+
+    def _new_context(self) -> None:
+        if self._browser is None or not self._browser.is_connected():
+            self._launch()
+        if self._context is not None:
+            try:
+                self._context.close()
+            except Exception as err:
+                logger.debug("closing context: %s", err)
+        width, height = self.config.viewport
+        self._context = self._browser.new_context(
+            viewport={"width": width, "height": height}, accept_downloads=False
+        )
+        self._context.set_default_timeout(self.config.action_timeout_ms)
+        self._context.set_default_navigation_timeout(self.config.navigation_timeout_ms)
+        self._context.route("**/*", self._route)
+        self._context.add_init_script(_NAVIGATION_MARK_JS)
+        if self._cookies:
+            self._context.add_cookies(self._cookies)
+        self._page = self._context.new_page()
+        self._watch(self._page)
+        self._known_pages = {id(self._page)}
+
+    def _watch(self, page: Any) -> None:
+        """Count main-frame navigations of a page (the settle step waits for one when a document is leaving)."""
+        page.on("framenavigated", lambda frame: self._count_navigation(frame))
+
+    def _count_navigation(self, frame: Any) -> None:
+        if frame.parent_frame is None:
+            self._navigations += 1
+
+    def browser_pids(self) -> list[int]:
+        """Process ids of this env's Chromium processes (Linux /proc); for tests that kill the browser."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if f"--rmsweb-env={self.tag}".encode() in (entry / "cmdline").read_bytes():
+                        pids.append(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
+    # ------------------------------------------------------------------ allow-list
+    def allowed(self, url: str) -> bool:
+        """http(s) to the task's host or a configured domain (or a subdomain of one); nothing else."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            return parts.scheme in ("about", "data") and url.startswith(("about:blank", "data:"))
+        host = (parts.hostname or "").lower()
+        return host in self._allowed_hosts or any(
+            host == d or host.endswith("." + d) for d in (d.lower() for d in self.config.allowed_domains)
+        )
+
+    def _route(self, route: Any) -> None:
+        url = route.request.url
+        if self.allowed(url):
+            route.continue_()
+        else:
+            self._blocked.append(url)
+            route.abort("blockedbyclient")
+
+    # ------------------------------------------------------------------ episode
+    @property
+    def session_id(self) -> str | None:
+        """The sandbox ``sid`` cookie of the task's host (for ``SandboxServer.session_state``)."""
+        sids = [c for c in self._cookies if c.get("name") == "sid"]
+        for cookie in sids:
+            if cookie.get("domain", "").lstrip(".") in self._allowed_hosts:
+                return cookie["value"]
+        return sids[0]["value"] if sids else None
+
+    def reset(self, task: Task, screenshot_dir: str | Path | None = None) -> Observation:
+        """Fresh context (no cookies), the task's start URL; the first observation (screenshot step_000.png)."""
+        self.task, self.step_index, self.final_answer, self.done = task, 0, None, False
+        self._screenshot_dir = Path(screenshot_dir) if screenshot_dir else None
+        if self._screenshot_dir:
+            self._screenshot_dir.mkdir(parents=True, exist_ok=True)
+        self._cookies, self._blocked = [], []
+        self._allowed_hosts = {(urlsplit(task.start_url).hostname or "").lower()}
+        self._last_url = task.start_url
+        error, env_error = None, False
+        for attempt in range(2):
+            try:
+                self._new_context()
+                self._page.goto(task.start_url)
+                return self._observe()
+            except Exception as err:  # a start that fails twice is an environment error, not the agent's
+                error, env_error = f"could not open {task.start_url}: {_first_line(err)}", True
+                logger.warning("reset attempt %d of %s failed: %s", attempt + 1, task.id, error)
+                self._restart_browser()
+        return Observation(url=task.start_url, error=error, env_error=env_error)
+
+    def step(self, action: Action) -> Observation:
+        """Perform one action; never raises for the agent's or the page's faults."""
+        if self._page is None:
+            raise RuntimeError("call reset(task) before step(action)")
+        self.step_index += 1
+        self._blocked = []
+        error, env_error = None, False
+        try:
+            navigations = self._navigations
+            try:
+                error = self._perform(action)
+            except Exception as err:  # the agent's fault (gone element, bad key...) unless the browser died
+                if self._crashed(err):
+                    raise
+                error = _first_line(err)
+                # a page that does not load in time is the environment's failure, not the agent's
+                env_error = (
+                    action.type in (ActionType.GOTO, ActionType.GO_BACK) and "timeout" in error.lower()
+                )
+            self._settle(navigations)
+        except Exception as err:
+            if self._crashed(err):
+                logger.warning("browser failed during %s: %s; restarting", action, _first_line(err))
+                self._restart_browser()
+                error, env_error = f"the browser crashed and was restarted ({_first_line(err)})", True
+            else:
+                error, env_error = f"the page did not finish loading: {_first_line(err)}", True
+        if self._blocked:
+            error = f"blocked: {self._blocked[0]} is not in the allow-list"
+            if self._page.url.startswith("chrome-error://"):
+                try:
+                    self._page.go_back()
+                except Exception as err:  # the error page stays; the agent can navigate away itself
+                    logger.debug("leaving a blocked page: %s", err)
+        try:
+            observation = self._observe()
+        except Exception as err:  # the page died between the action and the snapshot, or never settled
+            if not self._crashed(err):
+                return Observation(
+                    url=self._page.url, error=f"could not read the page: {_first_line(err)}", env_error=True
+                )
+            self._restart_browser()
+            error, env_error = f"the browser crashed and was restarted ({_first_line(err)})", True
+            observation = self._observe()
+        observation.error, observation.env_error = error, env_error or observation.env_error
+        return observation
+
+    # ------------------------------------------------------------------ internals
+    def _crashed(self, err: BaseException) -> bool:
+        message = str(err).lower()
+        alive = (
+            self._browser is not None
+            and self._browser.is_connected()
+            and self._page is not None
+            and not self._page.is_closed()
+        )
+        return not alive or any(word in message for word in _CRASH_WORDS)
+
+    def _restart_browser(self) -> None:
+        self.restarts += 1
+        try:
+            if self._browser is not None:
+                self._browser.close()
+        except Exception as err:
+            logger.debug("closing a dead browser: %s", err)
+        self._browser = self._context = None
+        self._launch()
+        self._new_context()
+        try:
+            self._page.goto(self._last_url)
+        except Exception as err:
+            logger.warning("reloading %s after a restart failed: %s", self._last_url, _first_line(err))
+
+    def _locate(self, element: int) -> Any:
+        locator = self._page.locator(f'[data-rms-id="{element}"]')
+        return locator if locator.count() else None
+
+    def _perform(self, action: Action) -> str | None:
+        """Run the action; return the agent-facing error text, or None."""
+        page, kind = self._page, action.type
+        if kind in (ActionType.ANSWER, ActionType.STOP):
+            self.final_answer = action.text if kind == ActionType.ANSWER else self.final_answer
+            self.done = True
+            return None
+        if kind == ActionType.GOTO:
+            if not self.allowed(action.url or ""):
+                return f"blocked: {action.url} is not in the allow-list"
+            page.goto(action.url)
+            return None
+        if kind == ActionType.GO_BACK:
+            return None if page.go_back() is not None else "there is no previous page"
+        if kind == ActionType.WAIT:
+            page.wait_for_timeout(1000 * min(action.seconds or 1.0, _MAX_WAIT_S))
+            return None
+        if kind == ActionType.PRESS:
+            page.keyboard.press(action.key)
+            return None
+        if kind == ActionType.SCROLL:
+            step = _SCROLL_PX * (action.amount or 1)
+            dx, dy = {"up": (0, -step), "down": (0, step), "left": (-step, 0), "right": (step, 0)}[
+                action.direction
+            ]
+            page.mouse.wheel(dx, dy)
+            return None
+        element = action.element
+        if element is None:  # a point: click there, or act on the element under it
+            if kind == ActionType.CLICK:
+                scroll_x, scroll_y = page.evaluate("[scrollX, scrollY]")
+                page.mouse.click(action.x - scroll_x, action.y - scroll_y)
+                return None
+            element = page.evaluate(_POINT_JS, [action.x, action.y])
+            if element is None:
+                return f"no element at x={action.x:g}, y={action.y:g}"
+        locator = self._locate(element)
+        if locator is None:
+            return f"element {element} is not on the page"
+        if kind == ActionType.CLICK:
+            opens_tab = locator.evaluate(
+                "el => (el.closest('a[target], form[target]') || {}).target === '_blank'"
+            )
+            if opens_tab:  # wait for the new tab, so that it becomes the active page in _settle
+                with self._context.expect_page() as new_page:
+                    locator.click()
+                new_page.value.wait_for_load_state("domcontentloaded")
+            else:
+                locator.click()
+        elif kind == ActionType.HOVER:
+            locator.hover()
+        elif kind == ActionType.TYPE:
+            locator.fill(action.text or "")
+            if action.submit:
+                locator.press("Enter")
+        elif kind == ActionType.SELECT_OPTION:
+            options = locator.evaluate(
+                "el => el.tagName === 'SELECT' ? Array.from(el.options).map(o => o.text.trim()) : null"
+            )
+            if options is None:
+                return f"element {element} is not a combobox"
+            if action.option not in options:
+                return (
+                    f'option "{action.option}" is not in combobox {element} (options: {", ".join(options)})'
+                )
+            locator.select_option(label=action.option)
+        return None
+
+    def _settle(self, navigations: int) -> None:
+        """Let a started navigation finish (``navigations``: the count before the action); follow a new tab."""
+        if self.config.settle_ms:
+            self._page.wait_for_timeout(self.config.settle_ms)
+        pages = [p for p in self._context.pages if not p.is_closed()]
+        fresh = [p for p in pages if id(p) not in self._known_pages]
+        for page in fresh:
+            self._watch(page)
+        self._known_pages |= {id(p) for p in pages}
+        if fresh:
+            self._page = fresh[-1]
+        elif self._page.is_closed():
+            self._page = pages[-1] if pages else self._context.new_page()
+        if self._leaving():
+            deadline = time.monotonic() + self.config.navigation_timeout_ms / 1000
+            while self._navigations == navigations and time.monotonic() < deadline:
+                self._page.wait_for_timeout(10)
+        self._page.wait_for_load_state("domcontentloaded")
+
+    def _leaving(self) -> bool:
+        """Whether the current document announced that it is being replaced."""
+        try:
+            return bool(self._page.evaluate("() => !!window.__rmsNavigating"))
+        except Exception as err:  # the document went away under the call: a navigation is underway
+            if self._crashed(err):
+                raise
+            return True
+
+    def _observe(self) -> Observation:
+        page = self._page
+        for attempt in range(3):
+            try:
+                items = page.evaluate(_SNAPSHOT_JS, self.config.max_text_chars)
+                break
+            except Exception as err:  # a navigation raced the snapshot: wait for the new document
+                if attempt == 2 or self._crashed(err):
+                    raise
+                page.wait_for_load_state("domcontentloaded")
+        axtree, elements = format_axtree(items)
+        screenshot = None
+        if self._screenshot_dir is not None and self.config.screenshots:
+            path = self._screenshot_dir / f"step_{self.step_index:03d}.png"
+            if self.config.set_of_marks:
+                page.evaluate(_MARKS_JS)
+            page.screenshot(path=str(path), type="png")
+            if self.config.set_of_marks:
+                page.evaluate(_UNMARK_JS)
+            screenshot = str(path)
+        self._cookies = self._context.cookies()
+        if page.url.startswith(("http://", "https://")):
+            self._last_url = page.url
+        tabs = [p.url for p in self._context.pages if p is not page and not p.is_closed()] + [page.url]
+        return Observation(
+            url=page.url,
+            title=page.title(),
+            axtree=axtree,
+            elements=elements,
+            screenshot=screenshot,
+            tabs=tabs,
+        )
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def run_parallel(
+    work: Callable[[BrowserEnv, T], R], items: list[T], n_envs: int, config: BrowserConfig | None = None
+) -> list[R | BaseException]:
+    """Run ``work(env, item)`` for every item on ``n_envs`` threads, one BrowserEnv each (created, used and closed
+    in its thread). Results come back in item order; an item whose work raised gets the exception instead."""
+    tasks: queue.Queue[tuple[int, T]] = queue.Queue()
+    for index, item in enumerate(items):
+        tasks.put((index, item))
+    results: list[Any] = [None] * len(items)
+
+    def worker() -> None:
+        with BrowserEnv(config) as env:
+            while True:
+                try:
+                    index, item = tasks.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results[index] = work(env, item)
+                except Exception as err:  # recorded for the caller; the other items go on
+                    logger.exception("parallel work on item %d failed", index)
+                    results[index] = err
+
+    threads = [
+        threading.Thread(target=worker, name=f"browser-env-{i}")
+        for i in range(max(1, min(n_envs, len(items))))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

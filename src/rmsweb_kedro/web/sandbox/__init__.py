@@ -1,0 +1,26 @@
+"""The sandbox: seeded local websites on a real HTTP server, the task suite, checkers and reference solutions.
+
+See docs/sandbox.md. Heavy imports stay out: this package needs only the standard library, pydantic and polars.
+"""
+
+from rmsweb_kedro.web.sandbox.checkers import JUDGE_NAME, check
+from rmsweb_kedro.web.sandbox.reference import ReferenceStep, TargetNotFound, find_element, resolve_step
+from rmsweb_kedro.web.sandbox.server import DOMAIN, SandboxServer, site_url
+from rmsweb_kedro.web.sandbox.tasks import TEMPLATES, SandboxParams, generate_tasks
+from rmsweb_kedro.web.sandbox.world import World
+
+__all__ = [
+    "DOMAIN",
+    "JUDGE_NAME",
+    "TEMPLATES",
+    "ReferenceStep",
+    "SandboxParams",
+    "SandboxServer",
+    "TargetNotFound",
+    "World",
+    "check",
+    "find_element",
+    "generate_tasks",
+    "resolve_step",
+    "site_url",
+]

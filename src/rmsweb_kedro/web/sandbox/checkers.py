@@ -1,0 +1,78 @@
+"""Programmatic checkers of sandbox tasks: server-side session state or the final answer, normalised."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rmsweb_kedro.actions import normalize_answer, normalize_text
+from rmsweb_kedro.schema import Task, Verdict
+from rmsweb_kedro.web.sandbox.sites import COLLECTIONS
+
+JUDGE_NAME = "sandbox-checker/v1"
+_MAX_ANSWER_WORDS = 6
+
+
+def answer_matches(final_answer: str, expected: str) -> bool:
+    """Equal after ``normalize_answer``, or the expected words inside a short answer ('540 calories')."""
+    got, want = normalize_answer(final_answer), normalize_answer(expected)
+    if got == want:
+        return True
+    words = got.split()
+    n = len(want.split())
+    return len(words) <= _MAX_ANSWER_WORDS and any(
+        " ".join(words[i : i + n]) == want for i in range(len(words))
+    )
+
+
+def record_matches(record: dict[str, Any], match: dict[str, Any]) -> bool:
+    return all(normalize_text(str(record.get(k, ""))) == normalize_text(str(v)) for k, v in match.items())
+
+
+def check(task: Task, session_state: dict[str, list[dict[str, Any]]], final_answer: str | None) -> Verdict:
+    """Judge a finished sandbox episode from the server's session state and the final answer."""
+    if task.judge.kind != "sandbox_checker":
+        raise ValueError(f"task {task.id}: judge kind is {task.judge.kind!r}, not 'sandbox_checker'")
+    config = task.judge.config
+    kind = config.get("checker")
+    if kind == "answer":
+        expected = str(config["expected"])
+        if final_answer is None:
+            return Verdict(
+                success=False,
+                reason="no final answer was given",
+                judge=JUDGE_NAME,
+                details={"expected": expected},
+            )
+        success = answer_matches(final_answer, expected)
+        reason = (
+            "the answer matches"
+            if success
+            else f"answer {final_answer!r} does not match the expected {expected!r}"
+        )
+        return Verdict(
+            success=success,
+            reason=reason,
+            judge=JUDGE_NAME,
+            details={"expected": expected, "answer": final_answer},
+        )
+    if kind == "record":
+        collection, match = config["collection"], config["match"]
+        if collection not in COLLECTIONS:
+            raise ValueError(
+                f"task {task.id}: judge.config.collection {collection!r} is not one of {COLLECTIONS}"
+            )
+        records = session_state.get(collection, [])
+        success = any(record_matches(r, match) for r in records)
+        if success:
+            reason = f"{collection} holds the expected record"
+        elif records:
+            reason = f"no record of {collection} matches {match}; found {records}"
+        else:
+            reason = f"{collection} is empty"
+        return Verdict(
+            success=success,
+            reason=reason,
+            judge=JUDGE_NAME,
+            details={"collection": collection, "match": match},
+        )
+    raise ValueError(f"task {task.id}: judge.config.checker {kind!r} is neither 'answer' nor 'record'")

@@ -1,0 +1,50 @@
+"""Play a task's reference solution in a BrowserEnv and check the result: the suite's self-test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rmsweb_kedro.actions import format_action
+from rmsweb_kedro.schema import Task, Verdict
+from rmsweb_kedro.web.sandbox.checkers import check
+from rmsweb_kedro.web.sandbox.reference import TargetNotFound, resolve_step
+from rmsweb_kedro.web.sandbox.server import SandboxServer
+
+if TYPE_CHECKING:
+    from rmsweb_kedro.web.browser import BrowserEnv
+
+
+@dataclass
+class ReferenceRun:
+    task_id: str
+    verdict: Verdict
+    actions: list[str] = field(default_factory=list)
+    error: str | None = None  # the first step that could not be resolved or failed in the page
+    axtree_chars: list[int] = field(default_factory=list)  # per observation, for prompt-size figures
+    interactive_elements: list[int] = field(default_factory=list)
+
+
+def play_reference(
+    env: BrowserEnv, server: SandboxServer, task: Task, screenshot_dir: str | Path | None = None
+) -> ReferenceRun:
+    """Reset on the task, resolve and perform every reference step, then run the task's checker."""
+    observation = env.reset(task, screenshot_dir)
+    run = ReferenceRun(task.id, Verdict(success=False), error=observation.error)
+    for index, step in enumerate(task.reference_solution or []):
+        run.axtree_chars.append(len(observation.axtree))
+        run.interactive_elements.append(len(observation.elements))
+        if run.error:
+            break
+        try:
+            action = resolve_step(step, observation)
+        except TargetNotFound as err:
+            run.error = f"step {index}: {err}"
+            break
+        run.actions.append(format_action(action))
+        observation = env.step(action)
+        if observation.error:
+            run.error = f"step {index} {run.actions[-1]}: {observation.error}"
+    run.verdict = check(task, server.session_state(env.session_id), env.final_answer)
+    return run

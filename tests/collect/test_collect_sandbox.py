@@ -1,0 +1,205 @@
+"""Collection end to end in the sandbox: real server, real Chromium, the scripted roles and the checker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rmsweb_kedro.agents.scripted import (
+    SandboxJudge,
+    ScriptedReflector,
+    ScriptedTeacher,
+    TeacherImperfections,
+)
+from rmsweb_kedro.episodes import run_episode
+from rmsweb_kedro.pipelines.collect.collector import CollectParams, Journal
+from rmsweb_kedro.pipelines.collect.nodes import (
+    collect_trajectories,
+    collection_stats,
+    plot_collection,
+    publish_raw_trajectories,
+    select_collection_tasks,
+)
+from rmsweb_kedro.schema import Trajectory, tasks_to_frame
+from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
+
+pytestmark = pytest.mark.browser
+
+PERFECT = TeacherImperfections(mistake_probs={}, self_correct_prob=0.0)
+ALWAYS_WRONG = TeacherImperfections(
+    mistake_probs={"choose_option": 1.0, "pick_item": 1.0}, self_correct_prob=0.0
+)
+
+
+def task_with(tasks, decision: str):
+    """The first train task whose reference solution has a decision point of this kind."""
+    return next(
+        t
+        for t in tasks
+        if t.split == "train" and any(s.get("decision") == decision for s in t.reference_solution or [])
+    )
+
+
+def test_reflection_names_the_mistake_and_the_retry_avoids_it(
+    sandbox_task_list, sandbox_server, browser_env, tmp_path
+):
+    task = task_with(sandbox_task_list, "choose_option")
+    judge = SandboxJudge(sandbox_server.session_state)
+    failed = run_episode(browser_env, task, ScriptedTeacher(1, ALWAYS_WRONG), judge, max_steps=30)
+    assert failed.success is False
+    reflection, _ = ScriptedReflector().reflect(task, failed.steps, failed.verdict, None)
+    assert reflection.startswith("Wrong decision: ")
+    # Every wrong decision the attempt made is named, so the same teacher conditioned on them succeeds.
+    retry = run_episode(
+        browser_env,
+        task,
+        ScriptedTeacher(1, ALWAYS_WRONG),
+        judge,
+        30,
+        [reflection],
+        attempt=2,
+        screenshot_dir=tmp_path / "mode" / "t__a2",
+        relative_to=tmp_path / "mode",
+    )
+    assert retry.success is True and retry.reflections == [reflection]
+    assert retry.verdict.judge == "sandbox-checker/v1"
+    assert len(retry.steps) == len(task.reference_solution)
+    assert retry.steps[0].screenshot == "t__a2/step_000.png"
+    assert all((tmp_path / "mode" / s.screenshot).is_file() for s in retry.steps)
+
+
+def test_environment_failure_restarts_the_attempt(sandbox_task_list, sandbox_server, browser_env):
+    """The browser is killed in the middle of an attempt: the attempt starts over and says so."""
+    task = task_with(sandbox_task_list, "choose_option")
+    teacher = ScriptedTeacher(seed=1, imperfections=PERFECT)
+    killed = []
+
+    class KillOnce:
+        name = teacher.name
+
+        def act(self, task, observation, history, reflections):
+            if len(history) == 2 and not killed:
+                killed.extend(browser_env.browser_pids())
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+            return teacher.act(task, observation, history, reflections)
+
+    trajectory = run_episode(browser_env, task, KillOnce(), SandboxJudge(sandbox_server.session_state), 30)
+    assert killed and len(trajectory.metadata["env_errors"]) == 1
+    assert trajectory.success is True and trajectory.termination == "stop"
+
+
+def test_persistent_environment_failure_is_not_the_agents(sandbox_task_list, sandbox_server, browser_config):
+    from rmsweb_kedro.web.browser import run_parallel
+
+    judge, task = SandboxJudge(sandbox_server.session_state), sandbox_task_list[0]
+    broken = browser_config.model_copy(update={"executable": "/nonexistent/chromium"})
+
+    def attempt(env, item):  # in run_parallel's own thread: Playwright's sync API is one per thread
+        return run_episode(env, item, ScriptedTeacher(0), judge, 10, env_retries=1)
+
+    [trajectory] = run_parallel(attempt, [task], 1, broken)
+    assert trajectory.termination == "env_error" and trajectory.success is None and trajectory.verdict is None
+    errors = trajectory.metadata["env_errors"]
+    assert len(errors) == 2 and "/nonexistent/chromium" in errors[0]
+
+
+def collect_params(tmp_path: Path, **overrides) -> dict:
+    return {
+        "max_tasks": 3,
+        "modes": ["single", "independent_retries", "reflection_retries"],
+        "attempts": 2,
+        "n_envs": 2,
+        "progress": False,
+        "journal_path": str(tmp_path / "journal.jsonl"),
+        "teacher": {"imperfections": ALWAYS_WRONG.model_dump()},
+        **overrides,
+    }
+
+
+def test_collect_writes_every_attempt_resumes_and_summarises(sandbox_task_list, tmp_path):
+    tasks = [t for t in sandbox_task_list if t.split == "train" and t.site == "shop" and "cart" in t.id][:1]
+    params = collect_params(tmp_path)
+    selected = select_collection_tasks(tasks_to_frame(tasks), params)
+    raw_root = tmp_path / "raw"
+    log = collect_trajectories(selected, params, 0, str(raw_root))
+    # The always-wrong teacher fails every first attempt; only reflection retries recover, on the second.
+    by_mode = {m: log.filter(pl.col("mode") == m) for m in params["modes"]}
+    assert by_mode["single"]["attempt"].to_list() == [1]
+    assert by_mode["independent_retries"]["success"].to_list() == [False, False]
+    reflection = by_mode["reflection_retries"].sort("task_id", "attempt")
+    assert reflection["success"].to_list() == [False, True]
+    assert reflection["reflections_seen"].to_list() == [0, 1]
+
+    partitions = publish_raw_trajectories(log, params)
+    assert set(partitions) == set(reflection["partition"])  # only the corpus mode, failed attempts too
+    for name, text in partitions.items():
+        trajectory = Trajectory.model_validate_json(text)
+        assert trajectory.metadata["reflections_in_training_prompt"] is False
+        assert all((raw_root / name).parent.joinpath(s.screenshot).is_file() for s in trajectory.steps)
+        if trajectory.success:
+            assert trajectory.metadata["helpful_reflection"] == trajectory.reflections[-1]
+
+    stats = collection_stats(log, params)
+    assert stats["modes"]["reflection_retries"]["yield"] == 1.0
+    assert stats["modes"]["independent_retries"]["yield"] == 0.0
+    assert stats["modes"]["reflection_retries"]["yield_by_attempt"] == [0.0, 1.0]
+    assert stats["modes"]["reflection_retries"]["attempts_per_success"] == 2.0
+    assert plot_collection(stats).axes
+
+    # A re-run finds every attempt in the journal and runs none.
+    lines_before = Path(params["journal_path"]).read_text().count("\n")
+    again = collect_trajectories(selected, params, 0, str(raw_root))
+    assert Path(params["journal_path"]).read_text().count("\n") == lines_before
+    assert again.drop("trajectory").equals(log.drop("trajectory"))
+
+
+KILL_SCRIPT = """
+import sys
+from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
+from rmsweb_kedro.pipelines.collect.nodes import collect_trajectories, select_collection_tasks
+import json
+params = json.loads(sys.argv[1])
+tasks = select_collection_tasks(tasks_to_frame(generate_tasks(SandboxParams())), params)
+collect_trajectories(tasks, params, 0, sys.argv[2])
+"""
+
+
+def test_kill_9_loses_only_episodes_in_flight(tmp_path):
+    params = collect_params(tmp_path, max_tasks=3, modes=["single"], n_envs=1)
+    journal = Path(params["journal_path"])
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, json.dumps(params), str(tmp_path / "raw")], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (journal.exists() and journal.read_text().count("\n") >= 1):
+            time.sleep(0.2)
+        assert journal.exists(), "no attempt finished within the deadline"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the collector and its Chromium children, mid-run
+        process.wait()
+    kept = Journal(journal, CollectParams(**params).fingerprint()).load()
+    assert 1 <= len(kept) < 3
+    tasks = select_collection_tasks(tasks_to_frame(generate_tasks(SandboxParams())), params)
+    log = collect_trajectories(tasks, params, 0, str(tmp_path / "raw"))
+    assert log.height == 3
+    finished = Journal(journal, CollectParams(**params).fingerprint()).load()
+    for key, entry in kept.items():  # nothing that finished before the kill was run again
+        assert finished[key]["trajectory"]["id"] == entry["trajectory"]["id"]
+    complete = []
+    for line in journal.read_text().splitlines():
+        try:
+            complete.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # the episode being written when the process died
+    assert len(complete) == 3  # each attempt ran exactly once

@@ -1,0 +1,60 @@
+"""The collect pipeline's wiring against the catalog and parameters, task selection and the journal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kedro.config import OmegaConfigLoader
+
+from rmsweb_kedro.pipelines.collect.collector import CollectParams, Journal
+from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
+from rmsweb_kedro.pipelines.collect.pipeline import create_pipeline
+from rmsweb_kedro.schema import tasks_to_frame
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def config():
+    loader = OmegaConfigLoader(
+        conf_source=str(CONF), base_env="base", default_run_env="base", merge_strategy={"parameters": "soft"}
+    )
+    return loader["catalog"], loader["parameters"]
+
+
+def test_every_dataset_is_declared_and_parameters_validate():
+    catalog, parameters = config()
+    pipeline = create_pipeline()
+    for name in pipeline.inputs() | pipeline.all_outputs():
+        if name.startswith("params:"):
+            continue
+        assert name in catalog, f"{name} is not in the catalog"
+    assert "raw_trajectories" in pipeline.all_outputs() and "sandbox_tasks" in pipeline.inputs()
+    params = CollectParams(**parameters["collect"])
+    assert params.corpus_modes == ["reflection_retries"] and not params.reflections_in_training_prompt
+    assert "seed" in parameters["sandbox"] and "raw_root" in parameters["trajectories"]
+    for name in ("collection_log", "collection_stats", "collection_plot"):
+        assert catalog[name]["metadata"]["kedro-viz"]["layer"]
+
+
+def test_cap_keeps_every_site(sandbox_task_list):
+    frame = tasks_to_frame(sandbox_task_list)
+    train_sites = set(frame.filter(frame["split"] == "train")["site"])
+    selected = select_collection_tasks(frame, {"max_tasks": len(train_sites) * 2, "seed": 3})
+    assert selected.height == len(train_sites) * 2 and set(selected["split"]) == {"train"}
+    assert selected["site"].value_counts()["count"].to_list() == [2] * len(train_sites)
+    again = select_collection_tasks(frame, {"max_tasks": len(train_sites) * 2, "seed": 3})
+    assert again["id"].to_list() == selected["id"].to_list()
+
+
+def test_journal_skips_a_torn_line_and_other_settings(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, "abc")
+    journal.append({"mode": "single", "task_id": "t1", "attempt": 1, "success": True})
+    Journal(path, "other").append({"mode": "single", "task_id": "t2", "attempt": 1, "success": True})
+    with path.open("a") as file:
+        file.write('{"mode": "single", "task_id": "t3", "att')  # killed mid-write
+    assert list(journal.load()) == [("single", "t1", 1)]
+    journal.append({"mode": "single", "task_id": "t3", "attempt": 1, "success": False})
+    assert sorted(journal.load()) == [("single", "t1", 1), ("single", "t3", 1)]
+    assert json.loads(path.read_text().splitlines()[-1])["task_id"] == "t3"

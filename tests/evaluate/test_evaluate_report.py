@@ -1,0 +1,248 @@
+"""The evaluation's statistics, tables, plots and report on hand-made per-model tables, and the downstream part of
+the ``evaluate`` pipeline run by Kedro's runner on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from kedro.io import DataCatalog, MemoryDataset
+from kedro.runner import SequentialRunner
+
+from rmsweb_kedro.pipelines.evaluate import nodes, report
+from rmsweb_kedro.pipelines.evaluate.pipeline import MODELS, create_pipeline
+from rmsweb_kedro.pipelines.evaluate.step_metrics import score_step
+from rmsweb_kedro.schema import JudgeSpec, Task
+
+REPO = Path(__file__).resolve().parents[2]
+PARAMS = {
+    "online": {"runs": 2},
+    "claims": [
+        {"key": "rmsweb_minus_sft_points", "claim": "RMSWeb beats SFT", "paper": "+2.4 to +7.0", "paper_low": 1.2,
+         "paper_high": 7.7},
+        {"key": "reflection_steps_saved_pct", "claim": "shorter", "paper": "up to ~20%", "paper_low": 0.0,
+         "paper_high": 20.0},
+        {"key": "sft_minus_base_points", "claim": "SFT beats base", "paper": "implied"},
+    ],
+    "figures": {"success_vs_cost": "evaluate/success_vs_cost.png"},
+}  # fmt: skip
+
+
+def test_wilson_interval_matches_known_values():
+    low, high = nodes.wilson_interval(8, 10, 0.95)
+    assert low == pytest.approx(0.4902, abs=1e-3) and high == pytest.approx(0.9433, abs=1e-3)
+    low, high = nodes.wilson_interval(0, 20, 0.95)
+    assert low == pytest.approx(0.0, abs=1e-12) and high == pytest.approx(0.1611, abs=1e-3)
+    assert nodes.wilson_interval(0, 0) == (None, None)
+    assert nodes._normal_quantile(0.95) == pytest.approx(1.95996, abs=1e-4)
+
+
+def _task(task_id: str, site: str, split: str) -> Task:
+    return Task(id=task_id, source="sandbox", site=site, start_url=f"http://{site}.sandbox.test/", instruction="x",
+                split=split, judge=JudgeSpec(kind="sandbox_checker"))  # fmt: skip
+
+
+def test_online_tasks_keep_the_held_out_site_apart_and_are_the_same_each_time():
+    tasks = [_task(f"shop-{i}", "shop", "test") for i in range(10)] + [
+        _task(f"hotels-{i}", "hotels", "test") for i in range(5)
+    ]
+    tasks += [_task("shop-train", "shop", "train")]
+    online = nodes.OnlineParams(max_tasks=3, max_held_out_tasks=2)
+    chosen = nodes.select_online_tasks(tasks, online, seed=0)
+    assert [t.site for t in chosen] == ["shop"] * 3 + ["hotels"] * 2
+    assert "shop-train" not in {t.id for t in chosen}
+    assert [t.id for t in nodes.select_online_tasks(list(reversed(tasks)), online, seed=0)] == [
+        t.id for t in chosen
+    ]
+    everything = nodes.select_online_tasks(
+        tasks, nodes.OnlineParams(max_tasks=None, max_held_out_tasks=None), 0
+    )
+    assert len(everything) == 15
+
+
+def predictions(model: str, replies: list[tuple[str, str]]) -> pl.DataFrame:
+    rows = [
+        {"model": model, "state_id": f"t{i}:0", "task_id": f"t{i}", "site": "shop", "reference_action": ref,
+         "reply": reply, **score_step(ref, reply).row()}
+        for i, (ref, reply) in enumerate(replies)
+    ]  # fmt: skip
+    return pl.DataFrame(rows, schema=nodes.OFFLINE_PREDICTION_SCHEMA)
+
+
+def episodes(
+    model: str, outcomes: list[tuple[bool | None, int, str]], held_out_from: int = 99
+) -> pl.DataFrame:
+    """(success, steps, termination) per task, the same for both runs."""
+    rows = []
+    for run in range(2):
+        for i, (success, steps, termination) in enumerate(outcomes):
+            rows.append(
+                {"model": model, "run": run, "task_id": f"t{i}", "site": "hotels" if i >= held_out_from else "shop",
+                 "level": "easy", "split": "test", "held_out": i >= held_out_from, "success": success,
+                 "termination": termination, "n_steps": steps, "prompt_tokens": 100 * steps,
+                 "completion_tokens": 10 * steps, "cost_usd": 0.0, "wall_s": 0.5 * steps, "judge": "sandbox-checker/v1",
+                 "judge_reason": ""}
+            )  # fmt: skip
+    return pl.DataFrame(rows, schema=nodes.EPISODE_SCHEMA)
+
+
+OFFLINE = {
+    "base": [("click(3)", "garbage"), ('type(5, "Paris")', "click(5)"), ("click(4)", "click(9)")],
+    "sft": [("click(3)", "click(3)"), ('type(5, "Paris")', 'type(5, "Rome")'), ("click(4)", "click(4)")],
+    "rmsweb": [("click(3)", "click(3)"), ('type(5, "Paris")', 'type(5, "paris")'), ("click(4)", "click(4)")],
+}
+ONLINE = {
+    "base": [
+        (False, 10, "max_steps"),
+        (False, 3, "model_error"),
+        (None, 0, "env_error"),
+        (False, 10, "max_steps"),
+    ],
+    "sft": [(True, 4, "stop"), (False, 10, "max_steps"), (True, 6, "answer"), (False, 5, "answer")],
+    "rmsweb": [(True, 4, "stop"), (True, 5, "stop"), (True, 6, "answer"), (False, 5, "answer")],
+}
+
+
+def test_comparison_table_per_model():
+    offline = nodes.offline_metrics(pl.concat([predictions(m, r) for m, r in OFFLINE.items()]))
+    online = pl.concat([episodes(m, o, held_out_from=3) for m, o in ONLINE.items()])
+    table = nodes.compare_models(offline, online, PARAMS)
+    rows = {r["model"]: r for r in table.iter_rows(named=True)}
+    assert list(rows) == ["base", "sft", "rmsweb"]
+    assert rows["base"]["invalid_format_rate"] == pytest.approx(1 / 3)
+    assert (
+        rows["sft"]["step_success_rate"] == pytest.approx(2 / 3)
+        and rows["rmsweb"]["step_success_rate"] == 1.0
+    )
+    # base: the environment error is neither success nor failure.
+    assert (rows["base"]["episodes"], rows["base"]["env_errors"], rows["base"]["success_rate"]) == (8, 2, 0.0)
+    assert rows["rmsweb"]["success_rate"] == 0.75 and rows["sft"]["success_rate"] == 0.5
+    assert rows["sft"]["success_low"] < 0.5 < rows["sft"]["success_high"]
+    assert rows["sft"]["run_std"] == 0.0  # both runs alike
+    assert rows["sft"]["steps_on_solved"] == 5.0 and rows["rmsweb"]["steps_on_solved"] == 5.0
+    assert rows["sft"]["tokens_per_task"] == pytest.approx(110 * 25 / 4)
+
+    breakdown = nodes.online_breakdown(online, PARAMS)
+    held = breakdown.filter((pl.col("model") == "rmsweb") & (pl.col("by") == "sites"))
+    assert dict(zip(held["group"], held["success_rate"], strict=True)) == {
+        "held-out site": 0.0,
+        "training sites": 1.0,
+    }
+
+
+def collect_stats(attempts: list[tuple[str, str, int, bool, int]]) -> dict:
+    """The collect pipeline's own ``collection_stats`` over a hand-made collection log (the joint with collect)."""
+    from rmsweb_kedro.pipelines.collect.nodes import LOG_SCHEMA, collection_stats
+
+    log = pl.DataFrame(
+        [
+            {"mode": mode, "task_id": task, "site": "shop", "attempt": a, "success": ok, "termination": "stop",
+             "n_steps": steps, "prompt_tokens": 10, "completion_tokens": 1, "cost_usd": 0.0}
+            for mode, task, a, ok, steps in attempts
+        ],
+        schema=LOG_SCHEMA,
+    )  # fmt: skip
+    return collection_stats(log, {"modes": sorted({a[0] for a in attempts})})
+
+
+ATTEMPTS = [
+    ("independent_retries", "t1", 1, False, 9), ("independent_retries", "t1", 2, True, 10),
+    ("independent_retries", "t2", 1, False, 7),
+    ("reflection_retries", "t1", 1, False, 9), ("reflection_retries", "t1", 2, True, 8),
+    ("reflection_retries", "t2", 1, True, 8),
+]  # fmt: skip
+
+
+def test_collection_table_and_claims():
+    stats = report.collection_table(collect_stats(ATTEMPTS))
+    rows = {r["mode"]: r for r in stats.iter_rows(named=True)}
+    assert rows["independent_retries"]["yield"] == 0.5 and rows["reflection_retries"]["yield"] == 1.0
+    assert rows["reflection_retries"]["mean_steps_success"] == 8.0
+    assert rows["independent_retries"]["attempts_per_success"] == 3.0
+
+    comparison = pl.DataFrame({"model": ["base", "sft", "rmsweb"], "success_rate": [0.1, 0.5, 0.55]})
+    claims = report.claims_table(comparison, stats, PARAMS)
+    measured = dict(zip(claims["claim"], claims["this_run"], strict=True))
+    assert measured["RMSWeb beats SFT"] == pytest.approx(5.0)
+    assert measured["shorter"] == pytest.approx(20.0)  # 8 steps vs 10
+    assert measured["SFT beats base"] == pytest.approx(40.0)
+    assert claims["same_direction"].to_list() == [True, True, True]
+    assert claims["within_paper_range"].to_list() == [True, True, None]
+    # One mode only: the reflection claim is not measured, and the table says why.
+    lone = report.claims_table(comparison, stats.filter(pl.col("mode") == "reflection_retries"), PARAMS)
+    assert lone["this_run"][1] is None and "needs reflection_retries" in lone["measured_as"][1]
+    assert lone["same_direction"][1] is None
+    worse = report.claims_table(
+        comparison.with_columns(pl.Series("success_rate", [0.1, 0.5, 0.45])), stats, PARAMS
+    )
+    assert worse["this_run"][0] == pytest.approx(-5.0) and worse["same_direction"][0] is False
+
+
+def test_downstream_pipeline_writes_report_and_figures(tmp_path):
+    inputs = {f"offline_predictions_{m}": predictions(m, r) for m, r in OFFLINE.items()}
+    inputs |= {f"online_episodes_{m}": episodes(m, o) for m, o in ONLINE.items()}
+    inputs |= {
+        "collection_stats": collect_stats(ATTEMPTS[3:]),
+        "sft_metrics": {
+            "history": [{"step": s, "train/loss": 3.0 / s, "eval/loss": 3.2 / s} for s in (1, 2, 5)]
+        },
+        "salvage_ds_metrics": pl.DataFrame({"step": [1, 2], "train/loss": [0.5, 0.4]}),
+        "params:evaluate": PARAMS,
+    }
+    # The real catalog entries of the evaluate pipeline, written under tmp_path.
+    config = yaml.safe_load((REPO / "conf" / "base" / "catalog_evaluate.yml").read_text())
+    for entry in config.values():
+        entry["filepath"] = str(tmp_path / entry["filepath"])
+    catalog = DataCatalog.from_config(config)
+    for name, value in inputs.items():
+        catalog[name] = MemoryDataset(value)
+    pipeline = create_pipeline().from_inputs(*[f"offline_predictions_{m}" for m in MODELS], "collection_stats",
+                                             "sft_metrics", *[f"online_episodes_{m}" for m in MODELS])  # fmt: skip
+    assert not any(n.name.startswith(("predict_offline", "run_online")) for n in pipeline.nodes)
+    SequentialRunner().run(pipeline, catalog)
+    markdown = catalog.load("evaluation_report")
+    assert "| rmsweb | 3 | 100 | 100 | 100 | 100 | 0 |" in markdown  # offline rates in %
+    assert "RMSWeb beats SFT | +2.4 to +7.0 | 25 |" in markdown  # 75% - 50%
+    assert "![success_vs_cost](evaluate/success_vs_cost.png)" in markdown
+    page = catalog.load("evaluation_report_html")
+    assert '<img src="evaluate/success_vs_cost.png" alt="success_vs_cost"' in page and "<table>" in page
+    reporting = tmp_path / "data" / "08_reporting"
+    assert (reporting / "report.md").read_text() == markdown
+    for plot in ("success_vs_cost", "steps_on_solved", "failure_modes_by_model", "training_curves"):
+        assert (reporting / "evaluate" / f"{plot}.png").stat().st_size > 1000
+    comparison = catalog.load("model_comparison")  # the CSV round trip
+    assert (
+        comparison["model"].to_list() == ["base", "sft", "rmsweb"] and comparison["success_rate"][2] == 0.75
+    )
+
+    curves = report.plot_training_curves(inputs["sft_metrics"], inputs["salvage_ds_metrics"]).axes
+    assert [len(ax.lines) for ax in curves] == [2, 1]  # SFT train+eval loss, Salvage-DS train loss
+    modes = catalog.load("evaluation_failure_modes")
+    base = {
+        (r["where"], r["mode"]): r["count"]
+        for r in modes.filter(pl.col("model") == "base").iter_rows(named=True)
+    }
+    assert base == {("offline step", "invalid format"): 1, ("offline step", "wrong action type"): 1,
+                    ("offline step", "wrong element"): 1, ("online episode", "ran out of steps"): 4,
+                    ("online episode", "unparseable output"): 2, ("online episode", "environment error"): 2}  # fmt: skip
+
+
+def test_report_from_empty_evaluations():
+    """No held-out state and no episode (e.g. an empty split) still gives tables, figures and a report."""
+    predictions = pl.DataFrame(schema=nodes.OFFLINE_PREDICTION_SCHEMA)
+    online = pl.DataFrame(schema=nodes.EPISODE_SCHEMA)
+    comparison = nodes.compare_models(nodes.offline_metrics(predictions), online, PARAMS)
+    assert comparison.height == 0
+    modes = report.failure_modes(predictions, online)
+    collection = report.collection_table({})
+    claims = report.claims_table(comparison, collection, PARAMS)
+    assert claims["this_run"].to_list() == [None, None, None]
+    for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),
+                   report.plot_failure_modes(modes), report.plot_training_curves(None, [])):  # fmt: skip
+        assert figure.axes
+    markdown = report.build_report(
+        comparison, nodes.online_breakdown(online, PARAMS), claims, collection, modes, PARAMS
+    )
+    assert markdown.count("_(empty)_") == 5 and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown

@@ -1,0 +1,94 @@
+"""The mining pipeline run for real (offline path): the tiny checkpoint, the project's catalog entries written to a
+temporary folder, and the SequentialRunner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from rmsweb_kedro.mining import CRITICAL_STATE_SCHEMA, FailureMode
+from rmsweb_kedro.schema import STATE_SCHEMA
+
+CATALOG = Path(__file__).parents[2] / "conf" / "base" / "catalog_mining.yml"
+K = 2
+
+
+@pytest.fixture(scope="module")
+def mining_run(tmp_path_factory, tiny_states, tiny_checkpoint):
+    from kedro.io import DataCatalog, MemoryDataset
+    from kedro.runner import SequentialRunner
+
+    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.pipelines.mining.pipeline import create_pipeline
+
+    root = tmp_path_factory.mktemp("mining_run")
+    config = yaml.safe_load(CATALOG.read_text())
+    for entry in config.values():
+        entry["filepath"] = str(root / entry["filepath"])
+    catalog = DataCatalog.from_config(config)
+    params = {
+        "k": K, "max_new_tokens": 8, "batch_size": 4, "max_states_probed": 4, "competence_threshold": 0.5,
+        "ballast_share": 0.25, "online": {"rollouts": 0},
+    }  # fmt: skip
+    inputs = {
+        "sft_states_train": pl.DataFrame(tiny_states, schema=STATE_SCHEMA),
+        "sft_model": load_model({"path": str(tiny_checkpoint)}),
+        "sandbox_tasks": pl.DataFrame(),
+        "params:mining": params,
+        "params:sft.training.prompt": {"observation": ["axtree"], "history_k": 3},
+        "params:sandbox": {"seed": 0},
+    }
+    for name, data in inputs.items():
+        catalog[name] = MemoryDataset(data, copy_mode="assign")
+    SequentialRunner().run(create_pipeline(), catalog)
+    return catalog, params, root
+
+
+def test_offline_probes(mining_run, tiny_states):
+    catalog, params, _ = mining_run
+    probes = catalog.load("mining_offline_probes")
+    distinct = {
+        (s["instruction"], tuple(s["previous_actions"]), s["axtree"], s["reference_action"])
+        for s in tiny_states
+    }
+    assert probes.height == len(distinct) < len(tiny_states)
+    assert probes["n_copies"].sum() == len(tiny_states)
+    probed = probes.filter(pl.col("competence").is_not_null())
+    assert probed.height == params["max_states_probed"]
+    assert probed["n_samples"].to_list() == [K] * probed.height
+    assert probed["sampled_actions"].list.len().to_list() == [K] * probed.height
+    assert set(probed["competence"].to_list()) <= {0.0, 0.5, 1.0}
+    assert set(probed["failure_mode"].drop_nulls().to_list()) <= {m.value for m in FailureMode}
+    # an untrained tiny model: mostly wrong, so failure modes are assigned
+    assert probed["failure_mode"].null_count() < probed.height
+    assert (probes["source"] == "offline").all()
+
+
+def test_outputs(mining_run):
+    catalog, params, root = mining_run
+    critical = catalog.load("critical_states")
+    assert critical.schema == CRITICAL_STATE_SCHEMA
+    assert (critical.filter(pl.col("selection") == "critical")["competence"] < 0.5).all()
+    assert (critical.filter(pl.col("selection") == "ballast")["competence"] >= 0.5).all()
+    modes = catalog.load("failure_modes")
+    assert modes.height == 2 * len(FailureMode)
+    offline = modes.filter(pl.col("source") == "offline")
+    assert offline["n_states"].sum() == (critical["selection"] == "critical").sum()
+    assert (root / "data/08_reporting/mining/failure_modes.png").stat().st_size > 0
+    report = catalog.load("mining_report")
+    assert report["offline_probed"] == params["max_states_probed"]
+    assert report["online_rollouts"] == {"rollouts": 0}
+    assert report["concentration"]["mined"]["states"] == critical.height
+
+
+def test_full_corpus_switch(mining_run):
+    from rmsweb_kedro.pipelines.mining.nodes import select_critical_states
+
+    catalog, params, _ = mining_run
+    offline, online = catalog.load("mining_offline_probes"), catalog.load("mining_online_probes")
+    full = select_critical_states(offline, online, {**params, "rl_corpus": "full"})
+    assert full.height == offline.height and (full["selection"] == "full").all()
+    assert full.schema == CRITICAL_STATE_SCHEMA

@@ -1,0 +1,209 @@
+"""Hand-computed checks of the Salvage-DS maths: rewards, group statistics, the gate, advantages, clipping, KL,
+token aggregation and the anchor's action mask."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rmsweb_kedro.actions import parse_action
+from rmsweb_kedro.training.salvage_ds import (
+    GroupStats,
+    SalvageDSParams,
+    action_char_span,
+    action_token_mask,
+    clipped_surrogate,
+    gate,
+    group_advantages,
+    group_statistics,
+    k3_kl,
+    partial_credit_reward,
+    polarized_reward,
+    reward,
+    salvage_ds_loss,
+)
+
+P = SalvageDSParams()
+REFS = [parse_action('type(5, "Paris", submit=true)')]
+
+
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        ("type(5, 'paris ', submit=True)", 1.0),  # same meaning, other spelling
+        ('type(5, "Paris")', -1.0),  # no submit: does something else
+        ('type(6, "Paris", submit=true)', -1.0),
+        ("click(5)", -1.0),
+        (None, -1.0),  # did not parse
+    ],
+)
+def test_polarized_reward_scores_meaning_without_partial_credit(sample, expected):
+    action = parse_action(sample) if sample else None
+    assert polarized_reward(action, REFS, P) == expected
+
+
+def test_polarized_reward_uses_each_symbol_and_any_reference():
+    p = SalvageDSParams(r_pos=2.0, r_neg=-0.5, r_invalid=-3.0)
+    refs = REFS + [parse_action("click(9)")]
+    assert polarized_reward(parse_action("click(9)"), refs, p) == 2.0
+    assert polarized_reward(parse_action("click(8)"), refs, p) == -0.5
+    assert polarized_reward(None, refs, p) == -3.0
+
+
+def test_partial_credit_reward_adds_type_target_argument():
+    p = SalvageDSParams(reward="partial", w_type=0.2, w_target=0.4, w_argument=0.4)
+    assert partial_credit_reward(parse_action("click(5)"), REFS, p) == 0.0
+    assert partial_credit_reward(parse_action('type(6, "Paris", submit=true)'), REFS, p) == pytest.approx(0.2)
+    assert partial_credit_reward(parse_action('type(5, "Rome", submit=true)'), REFS, p) == pytest.approx(0.6)
+    assert reward(parse_action('type(5, "PARIS", submit=true)'), REFS, p) == pytest.approx(1.0)
+    assert reward(None, REFS, p) == -1.0
+
+
+def test_group_statistics_by_hand():
+    stats = group_statistics([1.0, -1.0, -1.0, -1.0], [True, False, False, False])
+    assert stats.mean == pytest.approx(-0.5)
+    assert stats.std == pytest.approx(math.sqrt(0.75))  # population std: sqrt(mean((r - mu)^2))
+    assert stats.competence == 0.25
+    with pytest.raises(ValueError, match="one 'right' flag per reward"):
+        group_statistics([1.0], [True, False])
+
+
+@pytest.mark.parametrize(
+    ("mode", "std", "competence", "expected"),
+    [
+        ("salvage_ds", 0.0, 0.0, "no_contrast"),  # all wrong
+        ("salvage_ds", 0.0, 1.0, "no_contrast"),  # all right
+        ("salvage_ds", 0.7, 0.125, "too_hard"),  # 1 of 8 right, under c_low = 0.2
+        ("salvage_ds", 0.7, 0.875, "too_easy"),  # 7 of 8 right, over c_high = 0.8
+        ("salvage_ds", 1.0, 0.5, None),
+        ("salvage_ds", 0.7, 0.2, None),  # the band is closed: c_low itself is accepted
+        ("salvage_ds_no_anchor", 0.7, 0.125, "too_hard"),
+        ("dapo_filter", 0.0, 0.0, "no_contrast"),
+        ("dapo_filter", 0.7, 0.125, None),  # no competence band
+        ("grpo", 0.0, 0.0, None),  # no gate at all
+    ],
+)
+def test_gate_decisions(mode, std, competence, expected):
+    p = SalvageDSParams(mode=mode, c_low=0.2, c_high=0.8, tau_contrast=0.01)
+    assert gate(GroupStats(mean=0.0, std=std, competence=competence), p) == expected
+
+
+def test_gate_rejects_a_bad_band():
+    with pytest.raises(ValueError, match="c_low"):
+        SalvageDSParams(c_low=0.9, c_high=0.1)
+
+
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([[1.0, -1.0, -1.0, -1.0], [1.0, 1.0, 1.0, 1.0]])
+    scaled = group_advantages(rewards, SalvageDSParams(eps_std=1e-4))
+    sigma = math.sqrt(0.75) + 1e-4
+    assert scaled[0].tolist() == pytest.approx([1.5 / sigma, -0.5 / sigma, -0.5 / sigma, -0.5 / sigma])
+    assert scaled[1].tolist() == [0.0, 0.0, 0.0, 0.0]  # no contrast: no signal, and no division by zero
+    centred = group_advantages(rewards, SalvageDSParams(scale_by_std=False))
+    assert centred[0].tolist() == [1.5, -0.5, -0.5, -0.5]
+
+
+def test_clipped_surrogate_by_hand():
+    p = SalvageDSParams(eps_low=0.2, eps_high=0.28)
+    ratios = torch.tensor([[1.5, 0.5, 0.5, 1.5, 1.1]])
+    advantages = torch.tensor([[1.0, 1.0, -1.0, -1.0, 1.0]])
+    old = torch.zeros_like(ratios)
+    loss, clipped = clipped_surrogate(ratios.log(), old, advantages, p)
+    # A > 0: min(rho, clip(rho)) -> 1.28 is the cap; rho below 1 - eps_low is not lifted.
+    # A < 0: min(-rho, -clip(rho)) -> the floor 0.8 binds at rho = 0.5; rho = 1.5 is not capped.
+    assert loss[0].tolist() == pytest.approx([-1.28, -0.5, 0.8, 1.5, -1.1])
+    assert clipped[0].tolist() == [True, False, True, False, False]
+
+
+def test_clipped_surrogate_has_no_gradient_where_clipped():
+    p = SalvageDSParams(eps_low=0.2, eps_high=0.28)
+    logp = torch.tensor([math.log(1.5), math.log(1.1)], requires_grad=True)
+    loss, _ = clipped_surrogate(logp, torch.zeros(2), torch.tensor([1.0, 1.0]), p)
+    loss.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, -1.1])  # d(-rho)/dlogp = -rho where not clipped
+
+
+def test_k3_kl_by_hand():
+    logp = torch.tensor([-1.0, -1.0])
+    ref = torch.tensor([-1.0, -1.0 + math.log(2.0)])
+    assert k3_kl(logp, ref).tolist() == pytest.approx([0.0, 2.0 - math.log(2.0) - 1.0])
+
+
+def test_loss_aggregates_tokens_and_weights_terms():
+    p = SalvageDSParams(mode="salvage_ds", lam=0.5, beta=0.1)
+    # Two accepted samples, 3 and 1 completion tokens; ratio 1 everywhere, so the surrogate is -A per token.
+    logp = torch.zeros(2, 3)
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    advantages = torch.tensor([1.0, -2.0])
+    ref = torch.full((2, 3), math.log(2.0))  # D_k3 = 2 - log 2 - 1 per token
+    anchor_logp = torch.tensor([[-1.0, -2.0, -4.0]])
+    anchor_mask = torch.tensor([[0, 1, 1]])  # the first token is thought: it does not count
+    parts = salvage_ds_loss(
+        p,
+        logp=logp,
+        old_logp=logp,
+        advantages=advantages,
+        completion_mask=mask,
+        n_completion_tokens=4,
+        ref_logp=ref,
+        anchor_logp=anchor_logp,
+        anchor_mask=anchor_mask,
+        n_anchor_tokens=2,
+    )
+    assert float(parts.surrogate) == pytest.approx((-1.0 * 3 + 2.0 * 1) / 4)  # token-level: 3 tokens of A=1
+    assert float(parts.kl) == pytest.approx(1.0 - math.log(2.0))
+    assert float(parts.anchor) == pytest.approx(3.0)
+    assert float(parts.loss) == pytest.approx(-0.25 + 0.1 * (1.0 - math.log(2.0)) + 0.5 * 3.0)
+    for mode in ("grpo", "dapo_filter", "salvage_ds_no_anchor"):
+        dropped = salvage_ds_loss(
+            SalvageDSParams(mode=mode, lam=0.5),
+            anchor_logp=anchor_logp,
+            anchor_mask=anchor_mask,
+            n_anchor_tokens=2,
+        )
+        assert float(dropped.loss) == 0.0  # only salvage_ds anchors rejected groups
+
+
+def test_loss_needs_reference_logprobs_when_beta_is_positive():
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="ref_logp"):
+        salvage_ds_loss(
+            SalvageDSParams(beta=0.1),
+            logp=x,
+            old_logp=x,
+            advantages=torch.ones(1),
+            completion_mask=torch.ones(1, 2),
+            n_completion_tokens=2,
+        )
+
+
+def test_action_mask_with_hand_written_offsets():
+    reply = 'Thought: box [5]\nAction: type(5, "Paris")'
+    assert action_char_span(reply) == (25, 41)
+    assert reply[25:41] == 'type(5, "Paris")'
+    # tokens: "Thought" ":" " box [5]" "]\nAc" (straddles thought and 'Action') "tion:" " type" '(5, "Paris")'
+    offsets = [(0, 7), (7, 8), (8, 15), (15, 19), (19, 24), (24, 29), (29, 41), (0, 0)]
+    assert action_token_mask(offsets, reply) == [0, 0, 0, 0, 0, 1, 1, 0]
+    # one token spans the end of the thought and the start of the call
+    straddling = [(0, 8), (8, 26), (26, 41)]
+    assert action_token_mask(straddling, reply) == [0, 0, 1]
+
+
+def test_action_mask_with_a_real_tokenizer(tiny_lm):
+    _, tokenizer = tiny_lm
+    reply = 'Thought: the search box is [5]\nAction: type(5, "Paris")'
+    encoded = tokenizer(reply, return_offsets_mapping=True, add_special_tokens=False)
+    mask = action_token_mask(encoded["offset_mapping"], reply)
+    action_ids = [i for i, m in zip(encoded["input_ids"], mask, strict=True) if m]
+    other_ids = [i for i, m in zip(encoded["input_ids"], mask, strict=True) if not m]
+    assert tokenizer.decode(action_ids).strip() == 'type(5, "Paris")'
+    assert "search box" in tokenizer.decode(other_ids)
+
+
+def test_action_mask_rejects_replies_without_one_action():
+    with pytest.raises(ValueError, match="exactly one 'Action:' line, found 0"):
+        action_char_span("Thought: nothing to do")
+    with pytest.raises(ValueError, match="found 2"):
+        action_char_span("Action: click(1)\nAction: click(2)")

@@ -1,0 +1,63 @@
+"""The salvage_ds node on real data: split by task, train, report, plot; and the pipeline's wiring."""
+
+from __future__ import annotations
+
+import copy
+
+import polars as pl
+import pytest
+
+from rmsweb_kedro.pipelines.salvage_ds.nodes import plot_salvage_ds_metrics, split_by_task, train_rmsweb_model
+from rmsweb_kedro.pipelines.salvage_ds.pipeline import create_pipeline
+from rmsweb_kedro.schema import STATE_SCHEMA
+from tests.salvage_ds.conftest import make_states
+
+
+def test_split_holds_out_whole_tasks():
+    states = pl.DataFrame(make_states(8), schema=STATE_SCHEMA)
+    train, held = split_by_task(states, 0.25, seed=0)
+    assert (train.height, held.height) == (6, 2)
+    assert not set(train["task_id"]) & set(held["task_id"])
+    with pytest.raises(ValueError, match=r"critical_states: missing STATE_SCHEMA columns \['axtree'\]"):
+        split_by_task(states.drop("axtree"), 0.25, seed=0)
+
+
+def test_pipeline_wiring():
+    pipeline = create_pipeline()
+    assert pipeline.inputs() == {"sft_model", "critical_states", "params:salvage_ds"}
+    assert {"rmsweb_model", "salvage_ds_metrics", "salvage_ds_report", "salvage_ds_plot"} <= set(
+        pipeline.all_outputs()
+    )
+
+
+@pytest.mark.slow
+def test_node_trains_and_reports(sft_tiny, tmp_path):
+    model, processor, states, prompt = sft_tiny
+    params = {
+        "algorithm": {"group_size": 4, "max_new_tokens": 10},
+        "loop": {"output_dir": str(tmp_path / "run"), "max_steps": 2, "batch_size": 2, "progress": False},
+        "prompt": prompt.model_dump(),
+        "held_out_fraction": 0.25,
+        "max_eval_states": 2,
+        "eval_samples": 2,
+    }
+    critical = pl.DataFrame(states, schema=STATE_SCHEMA)
+    rmsweb_model, metrics, report = train_rmsweb_model((copy.deepcopy(model), processor), critical, params)
+    assert rmsweb_model.processor is processor
+    assert metrics["step"].to_list() == [1, 2]
+    assert {"train/acceptance_rate", "train/anchor_share", "train/kl", "eval/competence"} <= set(
+        metrics.columns
+    )
+    assert report["states"] == {"train": 6, "held_out": 2}
+    assert set(report["before"]) == set(report["after"]) == {"train", "held_out"}
+    assert (tmp_path / "run" / "checkpoints").is_dir()
+    figure = plot_salvage_ds_metrics(metrics)
+    assert len(figure.axes) == 4
+
+
+def test_node_passes_the_sft_model_through_without_states(sft_tiny, tmp_path):
+    model, processor, _, prompt = sft_tiny
+    params = {"loop": {"output_dir": str(tmp_path / "run")}, "prompt": prompt.model_dump()}
+    empty = pl.DataFrame(schema=STATE_SCHEMA)
+    rmsweb_model, metrics, report = train_rmsweb_model((model, processor), empty, params)
+    assert rmsweb_model.model is model and metrics.height == 0 and "skipped" in report

@@ -1,0 +1,63 @@
+"""Assistant-only labels, checked token by token, and the prompt builder's cuts and history."""
+
+import pytest
+
+from rmsweb_kedro.actions import format_reply, parse_action
+from rmsweb_kedro.prompts import PromptConfig, build_messages, cut_axtree
+from rmsweb_kedro.training.sft import IGNORE_INDEX, SFTCollator
+
+
+@pytest.fixture(scope="module")
+def processor(tiny_checkpoint):
+    from rmsweb_kedro.modeling import load_processor
+
+    return load_processor(tiny_checkpoint)
+
+
+def test_labels_cover_exactly_the_assistant_reply(processor, tiny_states):
+    states = [tiny_states[0], tiny_states[4]]  # different lengths, so one row is left-padded
+    batch = SFTCollator(processor, PromptConfig(), loss_on="assistant")(states)
+    tokenizer = processor.tokenizer
+    assert batch["attention_mask"][0].sum() != batch["attention_mask"][1].sum()
+    for row, state in enumerate(states):
+        ids, labels = batch["input_ids"][row].tolist(), batch["labels"][row].tolist()
+        reply = (
+            format_reply(state["reference_thought"], parse_action(state["reference_action"])) + "<|im_end|>"
+        )
+        reply_ids = tokenizer(reply, add_special_tokens=False)["input_ids"]
+        # the reply is the last thing in the sequence, right before the template's final newline
+        start = len(ids) - 1 - len(reply_ids)
+        assert ids[start : start + len(reply_ids)] == reply_ids
+        for position, (token, label) in enumerate(zip(ids, labels, strict=True)):
+            inside = start <= position < start + len(reply_ids)
+            assert label == (token if inside else IGNORE_INDEX), (position, tokenizer.decode([token]))
+
+
+def test_loss_on_all_labels_every_real_token(processor, tiny_states):
+    batch = SFTCollator(processor, PromptConfig(), loss_on="all")([tiny_states[0], tiny_states[4]])
+    real = batch["attention_mask"].bool()
+    assert (batch["labels"][real] == batch["input_ids"][real]).all()
+    assert (batch["labels"][~real] == IGNORE_INDEX).all()
+
+
+def test_prompt_shows_last_k_actions_and_cuts_the_tree(processor, tiny_states):
+    state = dict(tiny_states[2], previous_actions=["click(1)", "click(2)", "click(3)", "click(4)"])
+    state["axtree"] = "\n".join(f'link "item number {i}" [{i}]' for i in range(200))
+    config = PromptConfig(history_k=2, axtree_max_tokens=40)
+    messages, info = build_messages(state, config, processor.tokenizer, with_reference=True)
+    user = messages[1]["content"][-1]["text"]
+    assert "Previous actions: click(3); click(4)" in user
+    assert info["truncated"] and user.endswith("...")
+    page = user.split("Page:\n", 1)[1]
+    assert len(processor.tokenizer(page)["input_ids"]) <= 40 + 3
+    assert messages[2]["content"][0]["text"] == "Thought: add it to the cart\nAction: click(2)"
+    text, truncated, _ = cut_axtree("short tree", 40, processor.tokenizer)
+    assert (text, truncated) == ("short tree", False)
+
+
+def test_screenshot_part_when_configured(tmp_path, tiny_states):
+    state = dict(tiny_states[0], screenshot="shots/0.png")
+    messages, _ = build_messages(state, PromptConfig(observation=["screenshot"], image_root=str(tmp_path)))
+    parts = messages[1]["content"]
+    assert parts[0] == {"type": "image", "image": str(tmp_path / "shots/0.png")}
+    assert "Page:" not in parts[1]["text"]

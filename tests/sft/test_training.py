@@ -1,0 +1,119 @@
+"""The shared loop through SFT: val loss falls, an interrupted run resumes, the saved model reloads, and two
+processes under ``accelerate launch`` (gloo on CPU) train a step."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rmsweb_kedro.modeling import load_model, save_checkpoint
+from rmsweb_kedro.training.loop import evaluate, make_accelerator
+from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, run_sft, sft_loss
+
+
+def _config(tmp_path, **loop):
+    settings = {
+        "output_dir": str(tmp_path / "run"),
+        "batch_size": 8,
+        "warmup_steps": 2,
+        "eval_every": 0,
+        "log_every": 5,
+        "progress": False,
+        **loop,
+    }
+    return SFTConfig(loop=settings, loss_on="all")
+
+
+def test_short_sft_lowers_val_loss_and_saves_a_plain_checkpoint(tmp_path, tiny_checkpoint, tiny_states):
+    from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
+
+    model, processor = load_model({"path": str(tiny_checkpoint)})
+    train, val = tiny_states[:96], tiny_states[96:]
+    config = _config(tmp_path, max_steps=25)
+    collate = SFTCollator(processor, config.prompt, config.loss_on)
+    before = evaluate(model, val, collate, sft_loss, config.loop, make_accelerator(config.loop))["eval/loss"]
+    result = run_sft(model, processor, train, val, config)
+    assert result.step == 25 and [row["step"] for row in result.history] == list(range(1, 26))
+    assert result.last("eval/loss") < before - 1.0
+
+    save_checkpoint(result.model, processor, tmp_path / "saved")
+    reloaded = Qwen3VLForConditionalGeneration.from_pretrained(tmp_path / "saved")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "saved")
+    ids = tokenizer("Task: Add the blue mug to the cart", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(reloaded(input_ids=ids).logits, result.model(input_ids=ids).logits, atol=1e-5)
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_interrupted_run_resumes_with_step_and_history(tmp_path, tiny_checkpoint, tiny_states):
+    from rmsweb_kedro.training.loop import train_loop
+
+    def run(output, loss_fn, resume=True):
+        model, processor = load_model({"path": str(tiny_checkpoint)})
+        config = _config(tmp_path / output, max_steps=6, save_every=2, resume=resume, batch_size=4)
+        collate = SFTCollator(processor, config.prompt, config.loss_on)
+        return train_loop(model, tiny_states, collate, loss_fn, config.loop)
+
+    reference = run("reference", sft_loss)
+
+    calls = {"n": 0}
+
+    def crashing_loss(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 5:  # during step 5: the last checkpoint is step 4
+            raise _Interrupt
+        return sft_loss(model, batch)
+
+    with pytest.raises(_Interrupt):
+        run("interrupted", crashing_loss)
+    resumed = run("interrupted", sft_loss)
+    assert resumed.resumed_from == 4 and resumed.step == 6
+    assert [row["step"] for row in resumed.history] == [1, 2, 3, 4, 5, 6]
+    # same data order, same RNG and optimizer states: the resumed run's losses are the uninterrupted run's
+    losses = [row["train/loss"] for row in resumed.history]
+    expected = [row["train/loss"] for row in reference.history]
+    assert losses == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_two_process_accelerate_launch_trains_a_step(tmp_path, tiny_checkpoint, tiny_states):
+    import polars as pl
+
+    from rmsweb_kedro.schema import STATE_SCHEMA
+
+    pl.DataFrame(tiny_states[:32], schema=STATE_SCHEMA).write_parquet(tmp_path / "train.parquet")
+    pl.DataFrame(tiny_states[32:40], schema=STATE_SCHEMA).write_parquet(tmp_path / "val.parquet")
+    config = _config(tmp_path, max_steps=1, batch_size=2, mixed_precision="no")
+    job = {
+        "model_dir": str(tiny_checkpoint),
+        "train_path": str(tmp_path / "train.parquet"),
+        "val_path": str(tmp_path / "val.parquet"),
+        "output_dir": config.loop.output_dir,
+        "config": config.model_dump(mode="json"),
+    }
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--cpu",
+        "--main_process_port",
+        "0",
+        "-m",
+        "rmsweb_kedro.training.sft",
+        "--job",
+        str(tmp_path / "job.json"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    history = [json.loads(line) for line in open(tmp_path / "run" / "history.jsonl")]
+    assert [row["step"] for row in history] == [1] and "eval/loss" in history[0]
+    load_model({"path": str(tmp_path / "run" / "final")})

@@ -1,0 +1,184 @@
+"""BrowserEnv on the real sandbox server with real headless Chromium (one browser for the module)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from rmsweb_kedro.actions import Action, parse_action
+from rmsweb_kedro.schema import Task
+from rmsweb_kedro.web.browser import BrowserEnv, run_parallel
+from rmsweb_kedro.web.sandbox import SandboxServer, check, find_element, resolve_step
+from rmsweb_kedro.web.sandbox.solve import play_reference
+
+pytestmark = pytest.mark.browser
+
+
+def stratified_sample(tasks: list[Task]) -> list[Task]:
+    """One task per site, cycling through the levels each site has, so every site and level is played."""
+    levels = ["easy", "medium", "hard"]
+    sample = []
+    for index, site in enumerate(sorted({t.site for t in tasks})):
+        offered = [t for t in tasks if t.site == site]
+        wanted = levels[index % 3]
+        sample.append(next((t for t in offered if t.level == wanted), offered[-1]))
+    assert {t.level for t in sample} == set(levels)
+    return sample
+
+
+def task_of(tasks: list[Task], template: str) -> Task:
+    return next(t for t in tasks if t.metadata["template"] == template)
+
+
+def test_reference_solutions_of_a_stratified_sample_solve_their_tasks(
+    browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task], tmp_path: Path
+) -> None:
+    for task in stratified_sample(sandbox_task_list):
+        run = play_reference(browser_env, sandbox_server, task, tmp_path / task.id)
+        assert run.error is None, (task.id, run.error)
+        assert run.verdict.success, (task.id, run.verdict.reason)
+        shots = sorted((tmp_path / task.id).glob("step_*.png"))
+        assert len(shots) == len(task.reference_solution) + 1
+        assert shots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_observation_format_and_stable_ids(browser_env: BrowserEnv, sandbox_task_list: list[Task]) -> None:
+    task = task_of(sandbox_task_list, "shop_cart")
+    first = browser_env.reset(task)
+    assert first.url == "http://shop.sandbox.test/" and first.title == "Home - Shopwell"
+    lines = first.axtree.splitlines()
+    assert lines[:3] == ['link "Shopwell" [1]', 'link "Help" [2]', 'link "Cart" [3]']
+    assert 'textbox "Search products" [4]' in lines and 'heading "Shopwell"' in lines
+    assert lines[-2:] == ['button "Accept cookies" [6]', 'button "Reject" [7]']
+    assert [e.id for e in first.elements] == list(range(1, 8))
+    assert all(e.bbox and e.bbox[2] > 0 for e in first.elements)
+    after_cookies = browser_env.step(resolve_step(task.reference_solution[0], first))
+    assert after_cookies.error is None and "Accept cookies" not in after_cookies.axtree
+    assert after_cookies.axtree.splitlines()[:6] == lines[:6]  # the page's own ids do not move
+    results = browser_env.step(resolve_step(task.reference_solution[1], after_cookies))
+    product = task.metadata["params"]["product"]
+    assert f'link "{product}"' in results.axtree and 'combobox "Sort by"' in results.axtree
+    links_besides_header = sum(e.role == "link" for e in results.elements) - 3
+    assert 3 <= links_besides_header <= 5
+    assert len(results.axtree) < 700
+    again = browser_env.step(parse_action("wait(0)"))
+    assert again.axtree == results.axtree  # same page, same ids
+    assert 'value="Relevance"' in again.axtree
+
+
+def test_agent_mistakes_become_errors_not_exceptions(
+    browser_env: BrowserEnv, sandbox_task_list: list[Task]
+) -> None:
+    observation = browser_env.reset(task_of(sandbox_task_list, "shop_price"))
+    assert browser_env.step(parse_action("click(99)")).error == "element 99 is not on the page"
+    assert "not an <input>" in (browser_env.step(parse_action('type(1, "x")')).error or "")
+    assert "not a combobox" in browser_env.step(parse_action('select_option(1, "x")')).error
+    assert browser_env.step(parse_action('press("NoSuchKey")')).error
+    help_link = find_element(observation, "link", "Help")
+    x, y, width, height = help_link.bbox
+    by_point = browser_env.step(Action(type="click", x=x + width / 2, y=y + height / 2))
+    assert by_point.error is None and by_point.url == "http://shop.sandbox.test/help"
+    assert browser_env.step(parse_action("go_back()")).url == "http://shop.sandbox.test/"
+
+
+def test_allow_list_blocks_other_sites_and_local_files(
+    browser_env: BrowserEnv, sandbox_task_list: list[Task]
+) -> None:
+    browser_env.reset(task_of(sandbox_task_list, "shop_price"))
+    for url in (
+        "http://flights.sandbox.test/",
+        "http://example.org/",
+        "file:///etc/passwd",
+        "chrome://version",
+    ):
+        observation = browser_env.step(parse_action(f'goto("{url}")'))
+        assert observation.error and "allow-list" in observation.error, url
+        assert observation.url == "http://shop.sandbox.test/"
+    fine = browser_env.step(parse_action('goto("http://shop.sandbox.test/help")'))
+    assert fine.error is None and fine.url.endswith("/help")
+    # a page that tries to leave by itself is stopped as well
+    browser_env._page.evaluate("location.href = 'http://example.org/'")
+    assert "example.org" not in browser_env.step(parse_action("wait(0)")).url
+
+
+def test_new_tab_becomes_the_active_page(browser_env: BrowserEnv, sandbox_task_list: list[Task]) -> None:
+    task = task_of(sandbox_task_list, "recipe_fact")
+    observation = browser_env.reset(task)
+    for step in task.reference_solution[:3]:
+        observation = browser_env.step(resolve_step(step, observation))
+    printed = browser_env.step(
+        resolve_step({"action": "click", "target": {"role": "link", "name": "Print version"}}, observation)
+    )
+    assert printed.error is None and "/print/" in printed.url
+    assert len(printed.tabs) == 2 and printed.tabs[-1] == printed.url
+
+
+def test_late_results_need_a_wait(browser_env: BrowserEnv, sandbox_task_list: list[Task]) -> None:
+    task = task_of(sandbox_task_list, "flight_book")
+    observation = browser_env.reset(task)
+    steps = task.reference_solution
+    wait_at = next(i for i, s in enumerate(steps) if s["action"] == "wait")
+    for step in steps[:wait_at]:
+        observation = browser_env.step(resolve_step(step, observation))
+    assert "Searching flights" in observation.axtree and "Select " not in observation.axtree
+    observation = browser_env.step(resolve_step(steps[wait_at], observation))
+    assert "Select " in observation.axtree and "Searching flights" not in observation.axtree
+
+
+def test_set_of_marks_changes_the_screenshot(
+    browser_env: BrowserEnv, sandbox_task_list: list[Task], tmp_path: Path
+) -> None:
+    task = task_of(sandbox_task_list, "shop_price")
+    plain = Path(browser_env.reset(task, tmp_path / "plain").screenshot)
+    browser_env.config.set_of_marks = True
+    try:
+        marked = Path(browser_env.reset(task, tmp_path / "marked").screenshot)
+    finally:
+        browser_env.config.set_of_marks = False
+    assert plain.read_bytes() != marked.read_bytes()
+    assert "__rms_mark" not in browser_env._page.content()
+
+
+def test_killed_browser_is_restarted_and_the_episode_goes_on(
+    browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task]
+) -> None:
+    task = task_of(sandbox_task_list, "shop_cart")
+    steps = task.reference_solution
+    observation = browser_env.reset(task)
+    for step in steps[:4]:
+        observation = browser_env.step(resolve_step(step, observation))
+    url_before, restarts = observation.url, browser_env.restarts
+    pids = browser_env.browser_pids()
+    assert pids
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    crashed = browser_env.step(resolve_step(steps[4], observation))
+    assert crashed.env_error and "restarted" in crashed.error
+    assert browser_env.restarts == restarts + 1 and crashed.url == url_before
+    observation = crashed
+    for step in steps[4:]:  # the session (cookie) survived: redo the step and finish
+        observation = browser_env.step(resolve_step(step, observation))
+        assert observation.error is None
+    assert check(task, sandbox_server.session_state(browser_env.session_id), browser_env.final_answer).success
+
+
+def test_parallel_envs_keep_separate_carts(
+    sandbox_server: SandboxServer, sandbox_task_list: list[Task], browser_config
+) -> None:
+    tasks = [t for t in sandbox_task_list if t.metadata["template"] == "shop_cart"][:2]
+    assert tasks[0].metadata["params"]["product"] != tasks[1].metadata["params"]["product"]
+
+    def play(env: BrowserEnv, task: Task):
+        run = play_reference(env, sandbox_server, task)
+        return run, sandbox_server.session_state(env.session_id)["cart"]
+
+    results = run_parallel(play, tasks, n_envs=2, config=browser_config)
+    for task, (run, cart) in zip(tasks, results, strict=True):
+        assert run.verdict.success, run.verdict.reason
+        assert [item["product"] for item in cart] == [task.metadata["params"]["product"]]
