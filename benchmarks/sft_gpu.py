@@ -119,6 +119,8 @@ def samples(n: int, seq_len: int, with_image: bool, seed: int = 0) -> list[dict]
     generator = torch.Generator().manual_seed(seed)
     grid = (1, 28, 28)
     image_tokens = grid[1] * grid[2] // 4
+    if with_image and seq_len < image_tokens + 8:
+        raise SystemExit(f"--seq-len {seq_len} is too short for an image of {image_tokens} tokens")
     out = []
     for _ in range(n):
         ids = torch.randint(0, 150_000, (seq_len,), generator=generator)

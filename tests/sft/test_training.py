@@ -3,14 +3,13 @@ processes under ``accelerate launch`` (gloo on CPU) train a step."""
 
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
 
 from rmsweb_kedro.modeling import load_model, save_checkpoint
 from rmsweb_kedro.training.loop import evaluate, make_accelerator
-from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, run_sft, sft_loss
+from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, launch_command, run_sft, sft_loss
 
 
 def _config(tmp_path, **loop):
@@ -97,21 +96,9 @@ def test_two_process_accelerate_launch_trains_a_step(tmp_path, tiny_checkpoint, 
         "config": config.model_dump(mode="json"),
     }
     (tmp_path / "job.json").write_text(json.dumps(job))
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--cpu",
-        "--main_process_port",
-        "0",
-        "-m",
-        "rmsweb_kedro.training.sft",
-        "--job",
-        str(tmp_path / "job.json"),
-    ]
+    # the node's path: conf/base/accelerate/cpu_2proc.yaml (2 processes, gloo on CPU)
+    config.launch = "cpu_2proc"
+    command = launch_command(config, tmp_path / "job.json")
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     history = [json.loads(line) for line in open(tmp_path / "run" / "history.jsonl")]

@@ -108,10 +108,15 @@ class HFPolicy:
         settings = {
             "do_sample": not greedy,
             "max_new_tokens": max_new_tokens or self.max_new_tokens,
+            # top_k=0: exactly temperature + top-p, whatever the checkpoint's generation_config says (Qwen's: 20)
             **(
                 {}
                 if greedy
-                else {"temperature": temperature or self.temperature, "top_p": top_p or self.top_p}
+                else {
+                    "temperature": temperature or self.temperature,
+                    "top_p": top_p or self.top_p,
+                    "top_k": 0,
+                }
             ),
         }
         if seed is not None:

@@ -115,7 +115,12 @@ def learning_rate_at(step: int, config: LoopConfig) -> float:
 def make_accelerator(config: LoopConfig):
     """An Accelerator for ``config`` (launch-time settings such as DDP/FSDP come from ``accelerate launch``)."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
 
+    # One process may run several trainings in a row (SFT then Salvage-DS in `kedro run`), each with its own
+    # precision; the process-wide state (not the distributed one) is per training.
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
     return Accelerator(mixed_precision=config.mixed_precision)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,8 +101,9 @@ def launch_command(config: SFTConfig, job_path: Path) -> list[str]:
             f"accelerate config {config_file} (sft.training.launch={config.launch!r}) not found"
         )
     return [
-        "accelerate",
-        "launch",
+        sys.executable,  # the accelerate of this environment, whatever PATH holds
+        "-m",
+        "accelerate.commands.launch",
         "--config_file",
         str(config_file),
         "-m",

@@ -1,1 +1,5 @@
 """``sft_data``: successful shortened trajectories -> policy states (STATE_SCHEMA), split by task."""
+
+from rmsweb_kedro.pipelines.sft_data.pipeline import create_pipeline
+
+__all__ = ["create_pipeline"]
