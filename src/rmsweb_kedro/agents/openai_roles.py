@@ -169,16 +169,17 @@ def _failed_verdict(judge: str, reason: str, details: dict) -> Verdict:
     return Verdict(success=False, reason=reason, judge=judge, details=details)
 
 
-class _EndpointJudge:
+class EndpointJudge:
     """What both public judges share: their endpoint, cost account and the identity every verdict records."""
 
     protocol = ""
     slug = ""
+    prompt_version = PROMPT_VERSION
 
     def __init__(self, endpoint: ChatEndpoint, thresholds: dict[str, Any]):
         self.endpoint = endpoint
         self.thresholds = thresholds
-        self.name = f"{self.slug}/{endpoint.config.model}/{PROMPT_VERSION}"
+        self.name = f"{self.slug}/{endpoint.config.model}/{self.prompt_version}"
 
     def cost_of(self, usage: Usage) -> float:
         return self.endpoint.cost(usage)
@@ -187,13 +188,13 @@ class _EndpointJudge:
         return {
             "protocol": self.protocol,
             "model": self.endpoint.config.model,
-            "prompt_version": PROMPT_VERSION,
+            "prompt_version": self.prompt_version,
             "thresholds": self.thresholds,
             **extra,
         }
 
 
-class WebVoyagerJudge(_EndpointJudge):
+class WebVoyagerJudge(EndpointJudge):
     """WebVoyager's auto-evaluation: task + final answer + the last ``last_k`` screenshots -> SUCCESS or NOT
     SUCCESS (the verdict is the last of those words in the reply). ``context["screenshots"]``: PNG paths in order."""
 
@@ -286,7 +287,7 @@ The potentially important snapshots of the webpage in the agent's trajectory and
 {reasons}"""
 
 
-class WebJudge(_EndpointJudge):
+class WebJudge(EndpointJudge):
     """Online-Mind2Web's WebJudge: (1) key points from the task; (2) each screenshot scored 1-5 for evidence of
     them, keeping those scoring >= ``score_threshold`` (at most ``max_images``); (3) the outcome from the task,
     key points, the factual action history and the kept screenshots. ``context["screenshots"]``: PNG paths."""

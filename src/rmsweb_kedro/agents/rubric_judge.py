@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointError, image_part, text_part
-from rmsweb_kedro.agents.openai_roles import action_history
+from rmsweb_kedro.agents.openai_roles import EndpointJudge, action_history
 from rmsweb_kedro.schema import Step, Task, Usage, Verdict
 
 logger = logging.getLogger(__name__)
@@ -105,12 +105,14 @@ def score_rubric(items: list[dict[str, Any]], judged: list[dict[str, Any]]) -> d
     return {"earned": earned, "total": total, "score": earned / total if total else 0.0, "items": scored}
 
 
-class RubricJudge:
+class RubricJudge(EndpointJudge):
     """The :class:`~rmsweb_kedro.agents.base.Judge` for rubric tasks (WebTailBench), through a
     :class:`~rmsweb_kedro.agents.endpoint.ChatEndpoint` (its retries and cost account).
     ``context["screenshots"]``: the attempt's PNG paths, oldest first (optional)."""
 
     protocol = "webtailbench-rubric"
+    slug = "rubric"
+    prompt_version = PROMPT_VERSION
 
     def __init__(
         self,
@@ -119,23 +121,10 @@ class RubricJudge:
         last_k: int = 3,
         reply_attempts: int = 2,
     ):
-        self.endpoint = endpoint
+        super().__init__(endpoint, {"success_score": threshold, "last_k_screenshots": last_k})
         self.threshold = threshold
         self.last_k = last_k
         self.reply_attempts = reply_attempts
-        self.name = f"rubric/{endpoint.config.model}/{PROMPT_VERSION}"
-
-    def cost_of(self, usage: Usage) -> float:
-        return self.endpoint.cost(usage)
-
-    def _details(self, **extra: Any) -> dict:
-        return {
-            "protocol": self.protocol,
-            "model": self.endpoint.config.model,
-            "prompt_version": PROMPT_VERSION,
-            "thresholds": {"success_score": self.threshold, "last_k_screenshots": self.last_k},
-            **extra,
-        }
 
     def messages(
         self, task: Task, steps: list[Step], final_answer: str | None, screenshots: list[str]
