@@ -44,6 +44,14 @@ def play(env: BrowserEnv, task: Task, folder: str) -> list[float]:
     return latencies
 
 
+def busy_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine from /proc/stat: Chromium's processes count too."""
+    with open("/proc/stat") as stat:
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, stat.readline().split()[1:9])
+    busy = user + nice + system + irq + softirq + steal
+    return busy, busy + idle + iowait
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=12, help="episodes per throughput measurement")
@@ -61,14 +69,18 @@ def main() -> None:
               f"(target median <= 150 ms: {'met' if median <= 150 else 'NOT met'})")  # fmt: skip
         throughput = {}
         for n_envs in args.envs:
-            started = time.perf_counter()
+            started, (busy0, total0) = time.perf_counter(), busy_jiffies()
             results = run_parallel(lambda env, task: play(env, task, folder), tasks, n_envs, config)
-            elapsed = time.perf_counter() - started
+            elapsed, (busy1, total1) = time.perf_counter() - started, busy_jiffies()
+            busy_share = (busy1 - busy0) / max(1, total1 - total0)
             failures = [r for r in results if isinstance(r, BaseException)]
             steps = sum(len(r) for r in results if not isinstance(r, BaseException))
             throughput[n_envs] = steps / elapsed
             print(f"{n_envs} env(s): {steps} steps in {elapsed:.1f} s = {throughput[n_envs]:.2f} steps/s "
-                  f"(browser start included; {len(failures)} failed episodes)")  # fmt: skip
+                  f"(browser start included; {len(failures)} failed episodes; CPUs {busy_share:.0%} busy)")  # fmt: skip
+            if n_envs == 1:
+                print(f"  one env keeps {busy_share:.0%} of the {os.cpu_count()} CPUs busy: more envs can give at "
+                      f"most {1 / busy_share:.2f}x on this machine")  # fmt: skip
         if 1 in throughput:
             for n_envs, value in throughput.items():
                 if n_envs != 1:

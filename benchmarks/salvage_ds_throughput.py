@@ -1,8 +1,8 @@
 """Salvage-DS training throughput against TRL's GRPOTrainer, same tiny model, prompts and group size, one run.
 
-Both sides do the same work per optimizer step: sample G replies for each of B states (temperature 1), score them
-with the polarized action reward, one gradient step on the clipped group-relative objective. The gate is off
-(``mode: grpo``) for parity. Prints states/s and sampled actions/s of each and the ratio (target >= 1.0).
+Both sides do the same work per optimizer step: sample G replies for each of B states (temperature 1, top-p 1,
+top_k 0: TRL's default and our one sampler's), score them with the polarized action reward, one gradient step on the
+clipped group-relative objective (mu = 1: TRL's ``num_iterations=1``). The gate is off (``mode: grpo``) for parity. Prints states/s and sampled actions/s of each and the ratio (target >= 1.0).
 
     .venv/bin/python benchmarks/salvage_ds_throughput.py --steps 6
 
@@ -37,11 +37,11 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from rmsweb_kedro.actions import parse_action
+    from rmsweb_kedro.agents.hf_policy import parse_sample
     from rmsweb_kedro.prompts import build_messages, render_prompt
     from rmsweb_kedro.training.loop import LoopConfig
     from rmsweb_kedro.training.salvage_ds import (
         SalvageDSParams,
-        parse_sampled,
         polarized_reward,
         train_salvage_ds,
     )
@@ -70,8 +70,7 @@ def main() -> None:
 
     def action_reward(prompts, completions, reference, **_):
         return [
-            polarized_reward(parse_sampled(tokenizer, tokenizer(c, add_special_tokens=False)["input_ids"]),
-                             [parse_action(r)], p)
+            polarized_reward(parse_sample(c.strip())[1], [parse_action(r)], p)
             for c, r in zip(completions, reference, strict=True)
         ]  # fmt: skip
 

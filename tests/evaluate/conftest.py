@@ -34,6 +34,26 @@ def request_text(body: dict) -> str:
     return "\n".join(parts)
 
 
+#: A one-criterion WebTailBench rubric the stand-in judge model awards in full.
+RUBRIC = [{"criterion": "Did the task", "description": "", "max_points": 2}]
+
+
+def judge_model(body: dict) -> str:
+    """A stand-in judge model: recognises each judge's prompt and approves."""
+    text = request_text(body)
+    if text.startswith("As an evaluator"):
+        return "The screenshots show the task done. SUCCESS"
+    if "identify the key points" in text:
+        return "Key Points: 1. do the task"
+    if "whether an image contains" in text:
+        return "Reasoning: it shows the page. Score: 4"
+    if "evaluating the performance of a web navigation agent" in text:
+        return 'Thoughts: all key points met.\nStatus: "success"'
+    if "grading rubric" in text:
+        return '{"items": [{"index": 0, "applicable": true, "earned_points": 2, "justification": "done"}]}'
+    return 400
+
+
 class ScriptedChatServer:
     """An OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1 that answers each request with the next
     queued reply text (or HTTP status), or else with ``respond(request body)``, and keeps every request body, so a

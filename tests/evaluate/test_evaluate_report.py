@@ -132,11 +132,11 @@ def test_comparison_table_per_model():
     }
 
 
-def collect_stats(attempts: list[tuple[str, str, int, bool, int]]) -> dict:
-    """The collect pipeline's own ``collection_stats`` over a hand-made collection log (the joint with collect)."""
-    from rmsweb_kedro.pipelines.collect.nodes import LOG_SCHEMA, collection_stats
+def collect_log(attempts: list[tuple[str, str, int, bool, int]]) -> pl.DataFrame:
+    """A hand-made collection log in the collect pipeline's own schema (the joint with collect)."""
+    from rmsweb_kedro.pipelines.collect.nodes import LOG_SCHEMA
 
-    log = pl.DataFrame(
+    return pl.DataFrame(
         [
             {"mode": mode, "task_id": task, "site": "shop", "attempt": a, "success": ok, "termination": "stop",
              "n_steps": steps, "prompt_tokens": 10, "completion_tokens": 1, "cost_usd": 0.0}
@@ -144,7 +144,13 @@ def collect_stats(attempts: list[tuple[str, str, int, bool, int]]) -> dict:
         ],
         schema=LOG_SCHEMA,
     )  # fmt: skip
-    return collection_stats(log, {"modes": sorted({a[0] for a in attempts})})
+
+
+def collect_stats(attempts: list[tuple[str, str, int, bool, int]]) -> dict:
+    """The collect pipeline's own ``collection_stats`` over a hand-made collection log."""
+    from rmsweb_kedro.pipelines.collect.nodes import collection_stats
+
+    return collection_stats(collect_log(attempts), {"modes": sorted({a[0] for a in attempts})})
 
 
 ATTEMPTS = [
@@ -163,19 +169,21 @@ def test_collection_table_and_claims():
     assert rows["independent_retries"]["attempts_per_success"] == 3.0
 
     comparison = pl.DataFrame({"model": ["base", "sft", "rmsweb"], "success_rate": [0.1, 0.5, 0.55]})
-    claims = report.claims_table(comparison, stats, PARAMS)
+    steps = report.reflection_steps(collect_log(ATTEMPTS))
+    claims = report.claims_table(comparison, steps, PARAMS)
     measured = dict(zip(claims["claim"], claims["this_run"], strict=True))
     assert measured["RMSWeb beats SFT"] == pytest.approx(5.0)
-    assert measured["shorter"] == pytest.approx(20.0)  # 8 steps vs 10
+    assert measured["shorter"] == pytest.approx(20.0)  # t1, solved by both: 8 steps vs 10
     assert measured["SFT beats base"] == pytest.approx(40.0)
     assert claims["same_direction"].to_list() == [True, True, True]
     assert claims["within_paper_range"].to_list() == [True, True, None]
     # One mode only: the reflection claim is not measured, and the table says why.
-    lone = report.claims_table(comparison, stats.filter(pl.col("mode") == "reflection_retries"), PARAMS)
+    reflection_only = collect_log([a for a in ATTEMPTS if a[0] == "reflection_retries"])
+    lone = report.claims_table(comparison, report.reflection_steps(reflection_only), PARAMS)
     assert lone["this_run"][1] is None and "needs reflection_retries" in lone["measured_as"][1]
     assert lone["same_direction"][1] is None
     worse = report.claims_table(
-        comparison.with_columns(pl.Series("success_rate", [0.1, 0.5, 0.45])), stats, PARAMS
+        comparison.with_columns(pl.Series("success_rate", [0.1, 0.5, 0.45])), steps, PARAMS
     )
     assert worse["this_run"][0] == pytest.approx(-5.0) and worse["same_direction"][0] is False
 
@@ -185,6 +193,7 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     inputs |= {f"online_episodes_{m}": episodes(m, o) for m, o in ONLINE.items()}
     inputs |= {
         "collection_stats": collect_stats(ATTEMPTS[3:]),
+        "collection_log": collect_log(ATTEMPTS[3:]),
         "sft_metrics": {
             "history": [{"step": s, "train/loss": 3.0 / s, "eval/loss": 3.2 / s} for s in (1, 2, 5)]
         },
@@ -199,12 +208,14 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     for name, value in inputs.items():
         catalog[name] = MemoryDataset(value)
     pipeline = create_pipeline().from_inputs(*[f"offline_predictions_{m}" for m in MODELS], "collection_stats",
-                                             "sft_metrics", *[f"online_episodes_{m}" for m in MODELS])  # fmt: skip
+                                             "collection_log", "sft_metrics", *[f"online_episodes_{m}" for m in MODELS])  # fmt: skip
     assert not any(n.name.startswith(("predict_offline", "run_online")) for n in pipeline.nodes)
     SequentialRunner().run(pipeline, catalog)
     markdown = catalog.load("evaluation_report")
     assert "| rmsweb | 3 | 100 | 100 | 100 | 100 | 0 |" in markdown  # offline rates in %
     assert "RMSWeb beats SFT | +2.4 to +7.0 | 25 |" in markdown  # 75% - 50%
+    assert "| sft | 8 | 0 | 4/8 | 50 |" in markdown  # every online rate states its k/n
+    assert "### Steps on solved tasks" in markdown
     assert "![success_vs_cost](evaluate/success_vs_cost.png)" in markdown
     page = catalog.load("evaluation_report_html")
     assert '<img src="evaluate/success_vs_cost.png" alt="success_vs_cost"' in page and "<table>" in page
@@ -237,12 +248,13 @@ def test_report_from_empty_evaluations():
     assert comparison.height == 0
     modes = report.failure_modes(predictions, online)
     collection = report.collection_table({})
-    claims = report.claims_table(comparison, collection, PARAMS)
+    steps = report.reflection_steps(collect_log([]))
+    claims = report.claims_table(comparison, steps, PARAMS)
     assert claims["this_run"].to_list() == [None, None, None]
     for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),
                    report.plot_failure_modes(modes), report.plot_training_curves(None, [])):  # fmt: skip
         assert figure.axes
     markdown = report.build_report(
-        comparison, nodes.online_breakdown(online, PARAMS), claims, collection, modes, PARAMS
+        comparison, nodes.online_breakdown(online, PARAMS), claims, collection, steps, modes, PARAMS
     )
-    assert markdown.count("_(empty)_") == 5 and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown
+    assert markdown.count("_(empty)_") == 6 and "No online episode was judged" in markdown and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown

@@ -12,27 +12,9 @@ from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
 from rmsweb_kedro.pipelines.evaluate.live import ExactAnswerJudge, JudgeByKind, run_live
 from rmsweb_kedro.schema import JudgeSpec, Trajectory
-from tests.evaluate.conftest import request_text
+from tests.evaluate.conftest import RUBRIC, judge_model, request_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-RUBRIC = [{"criterion": "Did the task", "description": "", "max_points": 2}]
-
-
-def judge_model(body: dict) -> str:
-    """A stand-in judge model: recognises each judge's prompt and approves."""
-    text = request_text(body)
-    if text.startswith("As an evaluator"):
-        return "The screenshots show the task done. SUCCESS"
-    if "identify the key points" in text:
-        return "Key Points: 1. do the task"
-    if "whether an image contains" in text:
-        return "Reasoning: it shows the page. Score: 4"
-    if "evaluating the performance of a web navigation agent" in text:
-        return 'Thoughts: all key points met.\nStatus: "success"'
-    if "grading rubric" in text:
-        return '{"items": [{"index": 0, "applicable": true, "earned_points": 2, "justification": "done"}]}'
-    return 400
 
 
 def test_live_run_judges_each_benchmark_kind_and_writes_a_submission(

@@ -86,6 +86,25 @@ def make_states(n: int, seed: int = 0) -> list[dict]:
     return states
 
 
+def loop_config(tmp_path, name: str, **changes):
+    """A short, constant-learning-rate LoopConfig writing under ``tmp_path/name``; ``changes`` override."""
+    from rmsweb_kedro.training.loop import LoopConfig
+
+    settings = dict(
+        output_dir=str(tmp_path / name),
+        max_steps=12,
+        batch_size=4,
+        learning_rate=3e-3,
+        min_learning_rate_ratio=1.0,
+        warmup_steps=0,
+        weight_decay=0.0,
+        eval_every=0,
+        resume=False,
+        progress=False,
+    )
+    return LoopConfig(**(settings | changes))
+
+
 def fine_tune(model, prepared, pad_id: int, steps: int, lr: float = 3e-3) -> None:
     """A few AdamW steps of next-token likelihood on the whole reference replies (a stand-in for SFT)."""
     import torch

@@ -24,7 +24,7 @@ def test_split_holds_out_whole_tasks():
 
 def test_pipeline_wiring():
     pipeline = create_pipeline()
-    assert pipeline.inputs() == {"sft_model", "critical_states", "params:salvage_ds"}
+    assert pipeline.inputs() == {"sft_model", "critical_states", "sft_states_val", "params:salvage_ds"}
     assert {"rmsweb_model", "salvage_ds_metrics", "salvage_ds_report", "salvage_ds_plot"} <= set(
         pipeline.all_outputs()
     )
@@ -42,22 +42,35 @@ def test_node_trains_and_reports(sft_tiny, tmp_path):
         "eval_samples": 2,
     }
     critical = pl.DataFrame(states, schema=STATE_SCHEMA)
-    rmsweb_model, metrics, report = train_rmsweb_model((copy.deepcopy(model), processor), critical, params)
-    assert rmsweb_model.processor is processor
-    assert metrics["step"].to_list() == [1, 2]
-    assert {"train/acceptance_rate", "train/anchor_share", "train/kl", "eval/competence"} <= set(
-        metrics.columns
+    val = pl.DataFrame(make_states(3, seed=1), schema=STATE_SCHEMA)  # other tasks: the SFT val steps
+    rmsweb_model, metrics, report = train_rmsweb_model(
+        (copy.deepcopy(model), processor), critical, val, params
     )
-    assert report["states"] == {"train": 6, "held_out": 2}
-    assert set(report["before"]) == set(report["after"]) == {"train", "held_out"}
+    assert rmsweb_model.processor is processor
+    assert metrics["step"].to_list() == [0, 1, 2]  # step 0: before training
+    splits, measures = ("train", "held_out", "val"), ("greedy_accuracy", "competence", "valid_rate")
+    scored = {f"eval/{split}/{m}" for split in splits for m in measures}
+    assert {"train/acceptance_rate", "train/anchor_share", "train/kl", *scored} <= set(metrics.columns)
+    assert metrics.filter(pl.col("step") == 0)["train/loss"].to_list() == [None]
+    assert metrics.filter(pl.col("step") == 1)["eval/val/competence"].to_list() == [None]  # eval_every: 0
+    assert report["states"] == {
+        "train": 6,
+        "held_out": 2,
+        "val": 3,
+        "scored": {"train": 2, "held_out": 2, "val": 3},
+    }
+    assert set(report["before"]) == set(report["after"]) == {"train", "held_out", "val"}
+    before, after = metrics.row(0, named=True), metrics.row(-1, named=True)
+    assert report["before"]["val"]["competence"] == before["eval/val/competence"]
+    assert report["after"]["held_out"]["greedy_accuracy"] == after["eval/held_out/greedy_accuracy"]
     assert (tmp_path / "run" / "checkpoints").is_dir()
     figure = plot_salvage_ds_metrics(metrics)
-    assert len(figure.axes) == 4
+    assert [ax.get_title() for ax in figure.axes][-2:] == ["held-out critical states", "val steps"]
 
 
 def test_node_passes_the_sft_model_through_without_states(sft_tiny, tmp_path):
     model, processor, _, prompt = sft_tiny
     params = {"loop": {"output_dir": str(tmp_path / "run")}, "prompt": prompt.model_dump()}
     empty = pl.DataFrame(schema=STATE_SCHEMA)
-    rmsweb_model, metrics, report = train_rmsweb_model((model, processor), empty, params)
+    rmsweb_model, metrics, report = train_rmsweb_model((model, processor), empty, empty, params)
     assert rmsweb_model.model is model and metrics.height == 0 and "skipped" in report

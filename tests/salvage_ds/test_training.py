@@ -8,13 +8,13 @@ import copy
 import pytest
 import torch
 
-from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import (
     SalvageDSParams,
     evaluate_competence,
     prepare_states,
     train_salvage_ds,
 )
+from tests.salvage_ds.conftest import loop_config
 
 pytestmark = pytest.mark.slow
 
@@ -23,31 +23,15 @@ ALGORITHM = SalvageDSParams(
 )
 
 
-def _loop(tmp_path, name: str, **changes) -> LoopConfig:
-    settings = dict(
-        output_dir=str(tmp_path / name),
-        max_steps=12,
-        batch_size=4,
-        learning_rate=3e-3,
-        min_learning_rate_ratio=1.0,
-        warmup_steps=0,
-        weight_decay=0.0,
-        eval_every=0,
-        resume=False,
-        progress=False,
-    )
-    return LoopConfig(**(settings | changes))
-
-
 def test_short_run_raises_competence_on_the_states(sft_tiny, tmp_path):
     model, processor, states, prompt = sft_tiny
     model = copy.deepcopy(model)
     prepared = prepare_states(states, processor, prompt)
     torch.manual_seed(1)
-    before, _ = evaluate_competence(model, prepared, ALGORITHM, processor.tokenizer, n=16)
-    result = train_salvage_ds(model, processor, states, ALGORITHM, _loop(tmp_path, "run"), prompt)
+    before, _ = evaluate_competence(model, prepared, ALGORITHM, processor, prompt, n=16)
+    result = train_salvage_ds(model, processor, states, ALGORITHM, loop_config(tmp_path, "run"), prompt)
     torch.manual_seed(1)
-    after, _ = evaluate_competence(result.model, prepared, ALGORITHM, processor.tokenizer, n=16)
+    after, _ = evaluate_competence(result.model, prepared, ALGORITHM, processor, prompt, n=16)
     assert after["competence"] > before["competence"] + 0.05, (before, after)
     assert after["valid_rate"] > before["valid_rate"], (before, after)
     rows = result.history
@@ -65,18 +49,18 @@ def test_interrupted_run_resumes_where_it_stopped(sft_tiny, tmp_path):
     model, processor, states, prompt = sft_tiny
     algorithm = ALGORITHM.model_copy(update={"beta": 0.05})  # the KL path too: a frozen reference model
     straight = train_salvage_ds(
-        copy.deepcopy(model), processor, states, algorithm, _loop(tmp_path, "a", max_steps=4), prompt
+        copy.deepcopy(model), processor, states, algorithm, loop_config(tmp_path, "a", max_steps=4), prompt
     )
     # The same run, interrupted after 2 steps (its checkpoint is saved), then started again with resume on.
     train_salvage_ds(
-        copy.deepcopy(model), processor, states, algorithm, _loop(tmp_path, "b", max_steps=2), prompt
+        copy.deepcopy(model), processor, states, algorithm, loop_config(tmp_path, "b", max_steps=2), prompt
     )
     resumed = train_salvage_ds(
         copy.deepcopy(model),
         processor,
         states,
         algorithm,
-        _loop(tmp_path, "b", max_steps=4, resume=True),
+        loop_config(tmp_path, "b", max_steps=4, resume=True),
         prompt,
     )
     assert resumed.resumed_from == 2 and resumed.step == 4

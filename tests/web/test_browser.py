@@ -84,6 +84,35 @@ def test_agent_mistakes_become_errors_not_exceptions(
     assert browser_env.step(parse_action("go_back()")).url == "http://shop.sandbox.test/"
 
 
+_POINTER_PAGE = (
+    "data:text/html,<title>pointer</title>"
+    "<input aria-label=City value=Oslo><input aria-label=Date type=date>"
+    "<button disabled>Closed</button><button id=under onclick=\"document.title='reached'\">Under</button>"
+    "<div id=veil style='position:fixed;inset:0;background:rgba(0,0,0,.3)'>Please wait</div>"
+)
+
+
+def test_pointer_and_keyboard_actions_reach_only_what_a_person_could(
+    browser_env: BrowserEnv, sandbox_task_list: list[Task]
+) -> None:
+    browser_env.reset(task_of(sandbox_task_list, "shop_price"))
+    page = browser_env.step(Action(type="goto", url=_POINTER_PAGE))
+    assert page.error is None and page.title == "pointer"
+    ids = {e.name: e.id for e in page.elements}
+    covered = browser_env.step(parse_action(f"click({ids['Under']})"))
+    assert covered.error == f'element {ids["Under"]} is covered by <div id=veil> "Please wait"'
+    assert covered.title == "pointer"  # the click did not land
+    assert browser_env.step(parse_action(f"click({ids['Closed']})")).error == f"element {ids['Closed']} is disabled"
+    typed = browser_env.step(parse_action(f'type({ids["City"]}, "Bergen")'))  # replaces, not appends
+    assert typed.error is None and 'textbox "City" [1] value="Bergen"' in typed.axtree
+    cleared = browser_env.step(parse_action(f'type({ids["City"]}, "")'))
+    assert 'textbox "City" [1]\n' in cleared.axtree + "\n" and "Bergen" not in cleared.axtree
+    dated = browser_env.step(parse_action(f'type({ids["Date"]}, "2027-04-02")'))
+    assert dated.error is None and 'value="2027-04-02"' in dated.axtree
+    wrong = browser_env.step(parse_action(f'type({ids["Date"]}, "next friday")'))
+    assert wrong.error and "does not accept" in wrong.error
+
+
 def test_allow_list_blocks_other_sites_and_local_files(
     browser_env: BrowserEnv, sandbox_task_list: list[Task]
 ) -> None:

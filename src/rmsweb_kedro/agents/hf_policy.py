@@ -1,14 +1,16 @@
 """HFPolicy: a local Hugging Face Qwen3-VL policy with batched generation, greedy or sampled.
 
-Two faces over one generation routine:
+One sampling routine, :func:`sample_replies`, serves every stage that generates from a local checkpoint: this
+policy's two faces, failure mining, Salvage-DS training (its groups) and its competence evaluation:
 
 - ``act(task, observation, history, reflections) -> Decision``: the :class:`agents.base.Agent` protocol, so a
   trained checkpoint drives BrowserEnv episodes like any other agent;
 - ``sample(states, n, ...) -> list[list[PolicySample]]``: ``n`` replies for each STATE row, with completion token
-  ids and their log-probabilities, for failure mining (K samples a state) and Salvage-DS (G samples a group).
+  ids and their log-probabilities, for failure mining (K samples a state) and offline evaluation.
 
-Prompts come from :mod:`rmsweb_kedro.prompts`, the module SFT trains with; replies are parsed with
-:func:`actions.parse_reply`, and a reply that does not parse is returned with its error, never raised.
+Prompts come from :mod:`rmsweb_kedro.prompts`, the module SFT trains with (screenshots included); sampling is
+exactly temperature + top-p (``top_k=0``, whatever the checkpoint's generation_config says); replies are parsed
+with :func:`actions.parse_reply`, and a reply that does not parse is returned with its error, never raised.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from rmsweb_kedro.schema import Observation, Step, Task, Usage
 @dataclass
 class PolicySample:
     """One generated reply. ``logprobs[i]`` is log pi(completion_ids[i] | prompt, earlier tokens) under the model
-    itself (temperature 1, no top-p), whatever the sampling settings were."""
+    itself (temperature 1, no top-p), whatever the sampling settings were; empty when not asked for."""
 
     text: str
     thought: str | None
@@ -39,6 +41,96 @@ class PolicySample:
     @property
     def prompt_tokens(self) -> int:
         return len(self.prompt_ids)
+
+
+def prompt_inputs(states: list[dict[str, Any]], prompt: PromptConfig, processor):
+    """The processor's batch (left-padded ``input_ids``, ``attention_mask``, and the screenshots' pixel values
+    when the prompt shows them) for the prompts of ``states``: what generation and training both start from."""
+    from PIL import Image
+
+    conversations = [build_messages(s, prompt, processor.tokenizer)[0] for s in states]
+    texts = [render_prompt(messages, processor) for messages in conversations]
+    images = [Image.open(path).convert("RGB") for messages in conversations for path in image_paths(messages)]
+    # left padding: generation continues every prompt at its right end
+    return processor(
+        text=texts, images=images or None, padding=True, padding_side="left", return_tensors="pt"
+    )
+
+
+def stop_ids(model, tokenizer) -> set[int]:
+    """The tokens that end a reply: the model's end-of-turn token(s) and padding."""
+    eos = model.generation_config.eos_token_id
+    ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
+    return {*ids, tokenizer.pad_token_id}
+
+
+def parse_sample(text: str) -> tuple[str | None, Action | None, str | None]:
+    """``(thought, action, error)`` of a reply's text; the action is None (and the error says why) unless the text
+    is exactly one valid reply."""
+    try:
+        thought, action = parse_reply(text)
+        return thought, action, None
+    except ActionParseError as err:
+        return None, None, err.reason
+
+
+def sample_replies(
+    model,
+    processor,
+    states: list[dict[str, Any]],
+    prompt: PromptConfig,
+    n: int = 1,
+    *,
+    greedy: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 64,
+    logprobs: bool = True,
+) -> list[list[PolicySample]]:
+    """``n`` replies for each state (STATE rows as dicts) in one ``generate`` call, without gradients.
+
+    Sampled replies draw from exactly temperature + top-p (``top_k=0`` overrides a checkpoint's own default, e.g.
+    Qwen's 20 or transformers' 50). A reply ends at (and keeps) its first stop token (:func:`stop_ids`).
+    ``logprobs=False`` skips the per-token log-probabilities (they cost a (sequences, tokens, vocabulary) tensor)."""
+    import torch
+
+    tokenizer = processor.tokenizer
+    inputs = prompt_inputs(states, prompt, processor).to(model.device)
+    sampling = (
+        {"do_sample": False}
+        if greedy
+        else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+    )
+    with torch.no_grad():
+        out = model.generate(
+            **inputs,
+            **sampling,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=n,
+            return_dict_in_generate=True,
+            output_logits=logprobs,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    prompt_length = inputs["input_ids"].shape[1]
+    completions = out.sequences[:, prompt_length:]
+    chosen = None
+    if logprobs:
+        per_token = torch.stack(out.logits, dim=1).float().log_softmax(-1)
+        chosen = per_token.gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+    stops = stop_ids(model, tokenizer)
+    groups: list[list[PolicySample]] = []
+    for index in range(len(states)):
+        prompt_ids = inputs["input_ids"][index][inputs["attention_mask"][index].bool()].tolist()
+        group = []
+        for row in range(index * n, (index + 1) * n):  # generate returns each prompt's n sequences together
+            ids = completions[row].tolist()
+            end = next((i + 1 for i, t in enumerate(ids) if t in stops), len(ids))  # keep the stop token
+            text = tokenizer.decode(ids[:end], skip_special_tokens=True).strip()
+            thought, action, error = parse_sample(text)
+            token_logprobs = chosen[row, :end].tolist() if chosen is not None else []
+            group.append(PolicySample(text, thought, action, error, prompt_ids, ids[:end], token_logprobs))
+        groups.append(group)
+    return groups
 
 
 class HFPolicy:
@@ -58,7 +150,6 @@ class HFPolicy:
     ):
         self.model = model.eval()
         self.processor = processor
-        self.processor.tokenizer.padding_side = "left"  # generation continues every prompt at its right end
         self.prompt = PromptConfig.model_validate(prompt or {})
         self.greedy = greedy
         self.temperature = temperature
@@ -101,23 +192,15 @@ class HFPolicy:
         max_new_tokens: int | None = None,
         seed: int | None = None,
     ) -> list[list[PolicySample]]:
-        """``n`` replies for each state (a STATE row as a dict); settings default to the policy's own."""
+        """``n`` replies for each state (a STATE row as a dict), ``batch_size`` sequences a ``generate`` call;
+        settings default to the policy's own."""
         import torch
 
-        greedy = self.greedy if greedy is None else greedy
         settings = {
-            "do_sample": not greedy,
+            "greedy": self.greedy if greedy is None else greedy,
+            "temperature": temperature or self.temperature,
+            "top_p": top_p or self.top_p,
             "max_new_tokens": max_new_tokens or self.max_new_tokens,
-            # top_k=0: exactly temperature + top-p, whatever the checkpoint's generation_config says (Qwen's: 20)
-            **(
-                {}
-                if greedy
-                else {
-                    "temperature": temperature or self.temperature,
-                    "top_p": top_p or self.top_p,
-                    "top_k": 0,
-                }
-            ),
         }
         if seed is not None:
             torch.manual_seed(seed)
@@ -125,54 +208,5 @@ class HFPolicy:
         results: list[list[PolicySample]] = []
         for start in range(0, len(states), states_per_chunk):
             chunk = states[start : start + states_per_chunk]
-            flat = self._generate([s for s in chunk for _ in range(n)], settings)
-            results += [flat[i * n : (i + 1) * n] for i in range(len(chunk))]
+            results += sample_replies(self.model, self.processor, chunk, self.prompt, n, **settings)
         return results
-
-    def _generate(self, states: list[dict[str, Any]], settings: dict[str, Any]) -> list[PolicySample]:
-        import torch
-        from PIL import Image
-
-        tokenizer = self.processor.tokenizer
-        conversations = [build_messages(s, self.prompt, tokenizer)[0] for s in states]
-        texts = [render_prompt(messages, self.processor) for messages in conversations]
-        images = [
-            Image.open(path).convert("RGB") for messages in conversations for path in image_paths(messages)
-        ]
-        inputs = self.processor(text=texts, images=images or None, padding=True, return_tensors="pt")
-        inputs = inputs.to(self.model.device)
-        with torch.no_grad():
-            out = self.model.generate(
-                **inputs,
-                **settings,
-                return_dict_in_generate=True,
-                output_logits=True,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        prompt_length = inputs["input_ids"].shape[1]
-        completions = out.sequences[:, prompt_length:]
-        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)
-        chosen = logprobs.gather(-1, completions.unsqueeze(-1)).squeeze(-1)
-        stop_ids = set(self._stop_ids())
-        samples = []
-        for row in range(len(states)):
-            ids = completions[row].tolist()
-            end = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), len(ids))  # keep the stop token
-            prompt_ids = inputs["input_ids"][row][inputs["attention_mask"][row].bool()].tolist()
-            text = tokenizer.decode(ids[:end], skip_special_tokens=True).strip()
-            samples.append(self._parsed(text, prompt_ids, ids[:end], chosen[row, :end].tolist()))
-        return samples
-
-    def _stop_ids(self) -> list[int]:
-        eos = self.model.generation_config.eos_token_id
-        ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
-        return [*ids, self.processor.tokenizer.pad_token_id]
-
-    @staticmethod
-    def _parsed(text: str, prompt_ids: list[int], ids: list[int], logprobs: list[float]) -> PolicySample:
-        try:
-            thought, action = parse_reply(text)
-            error = None
-        except ActionParseError as err:
-            thought, action, error = None, None, err.reason
-        return PolicySample(text, thought, action, error, prompt_ids, ids, logprobs)

@@ -1,7 +1,13 @@
 """One Accelerate training loop, shared by SFT (training/sft.py) and Salvage-DS (training/salvage_ds.py).
 
 A trainer supplies only what differs: the samples, a ``collate`` that turns a list of samples into a batch of
-tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``. The loop does the rest, the same way every time:
+tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy trainer (Salvage-DS) also supplies a
+``rollout(model, batch) -> batch``. The loop does the rest, the same way every time:
+
+- a sampled batch (``gradient_accumulation_steps`` micro-batches) is collated, rolled out once (``rollout``, under
+  ``no_grad``: e.g. sample replies and record their log-probabilities under pi_old) and then trained on for
+  ``updates_per_batch`` optimizer steps (mu, the GRPO paper's name; 1 for SFT), so pi_old stays frozen while
+  pi_theta moves. ``max_steps`` counts optimizer steps, i.e. ``max_steps / mu`` sampled batches;
 
 - deterministic data order: each epoch is a permutation seeded by ``seed + epoch``, sharded across processes, so a
   resumed run sees exactly the micro-batches the interrupted one would have seen;
@@ -9,7 +15,8 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``. The loop does the r
   clipping, AdamW with decay on matrices only, linear warmup then cosine decay (``learning_rate_at``);
 - evaluation loss every ``eval_every`` steps (and an optional ``eval_fn`` for other metrics);
 - ``save_state`` checkpoints every ``save_every`` steps and at the end; ``resume=True`` continues from the last
-  complete checkpoint (model, optimizer, RNG states, step count and metrics history);
+  complete checkpoint (model, optimizer, RNG states, step count and metrics history, and, for a checkpoint taken
+  between the mu updates of a batch, that batch as rolled out, so the remaining updates use the same samples);
 - a wall-clock budget (``max_seconds``) that ends the run early, cleanly, with a checkpoint;
 - a tqdm progress bar on the main process and a metrics history (list of dicts, also ``history.jsonl``).
 
@@ -38,6 +45,9 @@ logger = logging.getLogger(__name__)
 #: micro-batches of an optimizer step and logged as ``train/<name>`` (``eval/<name>`` during evaluation).
 LossFn = Callable[[Any, dict[str, Any]], tuple[Any, dict[str, float]]]
 Collate = Callable[[list[Any]], dict[str, Any]]
+#: ``rollout(model, batch) -> batch``: run once per micro-batch of a sampled batch, without gradients, before its
+#: ``updates_per_batch`` updates; ``loss_fn`` then sees what it returns (top-level tensors are kept on the device).
+Rollout = Callable[[Any, dict[str, Any]], dict[str, Any]]
 _COMPLETE = "COMPLETE"
 
 
@@ -50,6 +60,9 @@ class LoopConfig(BaseModel):
     max_steps: int = Field(default=200, ge=0, description="optimizer steps")
     batch_size: int = Field(default=16, ge=1, description="samples per micro-batch, per process")
     gradient_accumulation_steps: int = Field(default=1, ge=1)
+    updates_per_batch: int = Field(
+        default=1, ge=1, description="mu: optimizer steps on each sampled (rolled-out) batch"
+    )
     learning_rate: float = 3e-3
     min_learning_rate_ratio: float = Field(
         default=0.1, ge=0, le=1, description="cosine floor, x learning_rate"
@@ -171,9 +184,20 @@ def _checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("_")[1]))
 
 
-def _save_checkpoint(accelerator, output_dir: Path, state: _LoopState, keep: int) -> None:
+def _rollout_file(path: Path, rank: int) -> Path:
+    return path / f"rollout_{rank}.pt"
+
+
+def _save_checkpoint(
+    accelerator, output_dir: Path, state: _LoopState, keep: int, pending: list[dict[str, Any]] | None
+) -> None:
+    """``save_state`` plus, between the updates of a batch, each process's rolled-out micro-batches (``pending``)."""
+    import torch
+
     path = output_dir / "checkpoints" / f"step_{state.step:07d}"
     accelerator.save_state(str(path))
+    if pending is not None:
+        torch.save([_to_device(b, "cpu") for b in pending], _rollout_file(path, accelerator.process_index))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (path / _COMPLETE).write_text(str(state.step))
@@ -185,7 +209,13 @@ def _save_checkpoint(accelerator, output_dir: Path, state: _LoopState, keep: int
 
 
 def evaluate(
-    model, samples: Sequence[Any], collate: Collate, loss_fn: LossFn, config: LoopConfig, accelerator
+    model,
+    samples: Sequence[Any],
+    collate: Collate,
+    loss_fn: LossFn,
+    config: LoopConfig,
+    accelerator,
+    rollout: Rollout | None = None,
 ):
     """Mean loss (and metrics) over ``samples``, split across processes; returns ``{'eval/loss': ..., ...}``."""
     import torch
@@ -202,6 +232,8 @@ def evaluate(
     with torch.no_grad():
         for chunk, weight in weighted:
             batch = _to_device(collate([samples[i] for i in chunk]), accelerator.device)
+            if rollout is not None:
+                batch = rollout(model, batch)
             loss, metrics = loss_fn(model, batch)
             for key, value in {"loss": float(loss), **metrics}.items():
                 totals[key] = totals.get(key, 0.0) + float(value) * weight
@@ -229,13 +261,16 @@ def train_loop(
     eval_samples: Sequence[Any] | None = None,
     eval_fn: Callable[[Any], dict[str, float]] | None = None,
     accelerator=None,
+    rollout: Rollout | None = None,
 ) -> LoopResult:
     """Train ``model`` for ``config.max_steps`` optimizer steps (or until ``max_seconds``); see the module doc.
 
     ``train_samples``/``eval_samples``: any indexable sequence (a list of dicts is typical). ``eval_fn(model)``
     returns extra metrics at each evaluation, logged as they are named (e.g. ``{'eval/step_accuracy': 0.4}``).
     Pass ``accelerator`` to share one (e.g. to build the model under it); by default one is made from ``config``.
+    ``rollout``: see the module doc (it receives the prepared model, e.g. DDP-wrapped).
     """
+    import torch
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
@@ -256,16 +291,39 @@ def train_loop(
     if not config.resume and accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
         shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
     accelerator.wait_for_everyone()
+    mu, accum = config.updates_per_batch, config.gradient_accumulation_steps
+    #: the micro-batches of the sampled batch being trained on, as rolled out; None between batches
+    pending: list[dict[str, Any]] | None = None
     checkpoints = _checkpoints(output_dir) if config.resume else []
     if checkpoints:
         accelerator.load_state(str(checkpoints[-1]))
         accelerator.wait_for_everyone()
         resumed_from = state.step
         logger.info("resumed from %s at step %d", checkpoints[-1], state.step)
+        if state.step % mu:  # taken between the updates of a batch: continue on the same samples
+            saved = _rollout_file(checkpoints[-1], accelerator.process_index)
+            if not saved.exists():
+                raise ValueError(
+                    f"{checkpoints[-1]} was taken at step {state.step}, inside a batch of updates_per_batch={mu} "
+                    "updates, but holds no rolled-out batch: resume with the updates_per_batch it was run with"
+                )
+            pending = [
+                _to_device(b, accelerator.device) for b in torch.load(saved, weights_only=False)
+            ]  # our own file, written by _save_checkpoint
 
-    accum = config.gradient_accumulation_steps
+    def rolled_out(samples: list[Any]) -> dict[str, Any]:
+        batch = _to_device(collate(samples), accelerator.device)
+        if rollout is None:
+            return batch
+        with torch.no_grad():
+            return rollout(model, batch)
+
     batches = _micro_batches(
-        train_samples, config, accelerator.process_index, accelerator.num_processes, start=state.step * accum
+        train_samples,
+        config,
+        accelerator.process_index,
+        accelerator.num_processes,
+        start=math.ceil(state.step / mu) * accum,  # the batches already started, the pending one included
     )
     started = time.monotonic()
     stopped_early = False
@@ -281,8 +339,9 @@ def train_loop(
         for group in optimizer.param_groups:
             group["lr"] = lr
         sums: dict[str, float] = {}
-        for micro in range(accum):
-            batch = _to_device(collate(next(batches)), accelerator.device)
+        if pending is None:
+            pending = [rolled_out(next(batches)) for _ in range(accum)]
+        for micro, batch in enumerate(pending):
             window_tokens += _count_tokens(batch)
             syncing = micro == accum - 1  # all-reduce gradients only once per optimizer step
             with nullcontext() if syncing else accelerator.no_sync(model):
@@ -298,6 +357,8 @@ def train_loop(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         state.step += 1
+        if state.step % mu == 0:  # the batch's mu updates are done: the next step samples a new one
+            pending = None
 
         row: dict[str, float] = {"step": state.step, "lr": lr, **{f"train/{k}": v for k, v in sums.items()}}
         if grad_norm is not None:
@@ -310,7 +371,7 @@ def train_loop(
         last = state.step == config.max_steps or out_of_time
         if (config.eval_every and state.step % config.eval_every == 0) or last:
             if eval_samples:
-                row.update(evaluate(model, eval_samples, collate, loss_fn, config, accelerator))
+                row.update(evaluate(model, eval_samples, collate, loss_fn, config, accelerator, rollout))
             if eval_fn is not None:
                 row.update(eval_fn(accelerator.unwrap_model(model)))
         state.history.append(row)
@@ -319,7 +380,7 @@ def train_loop(
             {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}
         )
         if config.save_checkpoints and ((config.save_every and state.step % config.save_every == 0) or last):
-            _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints)
+            _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints, pending)
         if out_of_time and state.step < config.max_steps:
             logger.warning("time budget of %.0f s spent: stopping at step %d", config.max_seconds, state.step)
             stopped_early = True

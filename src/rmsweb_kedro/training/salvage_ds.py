@@ -31,15 +31,25 @@ the total loss of one optimizer step is
 
 where :math:`N_o` is the number of completion tokens of accepted groups and :math:`N_a` the number of anchored
 action tokens in the step (token-level aggregation: every token weighs the same, long replies do not dilute).
-A term with no tokens is zero. The modes are ablations of the same formula:
+A term with no tokens is zero.
+
+**Updates per batch** :math:`\mu` (``loop.updates_per_batch``): the groups are sampled once, and L is minimised
+for :math:`\mu` optimizer steps on them with :math:`\pi_{old}`, the rewards, the gate's decisions and
+:math:`\hat A` frozen (``SalvageDSStep.rollout``). At the first of the :math:`\mu` updates
+:math:`\pi_\theta = \pi_{old}`, so :math:`\rho = 1` and nothing is clipped; from the second on :math:`\rho`
+moves and the clip bounds it. :math:`\mu = 1` (TRL's ``num_iterations=1``) takes one step a sampled batch.
+
+The modes are ablations of the same formula:
 
     grpo                  every group accepted (no gate), no anchor
     dapo_filter           contrast gate only (\sigma_g > \tau_contrast), rejected groups dropped
     salvage_ds            the full gate, rejected groups anchored with weight \lambda
     salvage_ds_no_anchor  the full gate, rejected groups dropped
 
-Every symbol is a field of :class:`SalvageDSParams` (``conf/base/parameters_salvage_ds.yml``). The partial-credit
-reward (type / target / argument weighted, the usual GUI-RL design) is kept as an ablation: ``reward: partial``.
+Every symbol is a field of :class:`SalvageDSParams` (``conf/base/parameters_salvage_ds.yml``), except
+:math:`\mu`, a field of the shared loop's ``LoopConfig`` (``salvage_ds.loop.updates_per_batch``). The
+partial-credit reward (type / target / argument weighted, the usual GUI-RL design) is kept as an ablation:
+``reward: partial``.
 """
 
 from __future__ import annotations
@@ -301,28 +311,31 @@ def action_token_mask(offsets: list[tuple[int, int]], reply: str) -> list[int]:
 
 
 # ================================================================ training on the shared loop
-# Only what differs from SFT: a "sample" is a tokenised state; a step samples G replies per state with the current
-# policy, scores and gates the groups, then takes one gradient step on L. One update per sampled batch (mu = 1),
-# so pi_old = pi_theta at the update and the ratio is 1 there; the clip bounds later updates on the same samples.
+# Only what differs from SFT: a "sample" is a prepared state. The loop's rollout samples G replies per state with
+# the current policy (the one sampler, agents.hf_policy.sample_replies), scores and gates the groups and freezes
+# pi_old; its loss_fn then takes mu = updates_per_batch gradient steps on L with those samples.
 
 
 @dataclass(frozen=True)
 class PreparedState:
-    """A state tokenised once: its prompt, its reference action(s) and the reference reply with the anchor mask."""
+    """A state tokenised once: its row (the prompt is built from it), its reference action(s), its prompt ids and
+    the reference reply with the anchor mask."""
 
     state_id: str
-    prompt_ids: list[int]
+    row: dict
     references: list[Action]
+    prompt_ids: list[int]
     reply_ids: list[int]  # reference reply + end of turn
     reply_action_mask: list[int]  # 1 on the action's tokens (and the end of turn), 0 on the thought
 
 
 def prepare_states(states: list[dict], processor, prompt_config) -> list[PreparedState]:
-    """Tokenise STATE_SCHEMA rows with the policy's prompt (``prompts.build_messages``) and reference reply."""
+    """STATE_SCHEMA rows with the policy's prompt (``hf_policy.prompt_inputs``, the sampler's) and reference reply."""
     from rmsweb_kedro.actions import ActionParseError, parse_action
-    from rmsweb_kedro.prompts import build_messages, reference_reply, render_prompt
+    from rmsweb_kedro.agents.hf_policy import prompt_inputs
+    from rmsweb_kedro.prompts import reference_reply
 
-    tokenizer = getattr(processor, "tokenizer", processor)
+    tokenizer = processor.tokenizer
     end_of_turn = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
     prepared = []
     for row in states:
@@ -332,28 +345,20 @@ def prepare_states(states: list[dict], processor, prompt_config) -> list[Prepare
             raise ValueError(
                 f"state {row.get('state_id')!r}: field reference_action does not parse: {err}"
             ) from None
-        messages, _ = build_messages(row, prompt_config, tokenizer)
-        prompt_ids = tokenizer(render_prompt(messages, processor), add_special_tokens=False)["input_ids"]
         reply = reference_reply(row, prompt_config)
         encoded = tokenizer(reply, add_special_tokens=False, return_offsets_mapping=True)
         mask = action_token_mask(encoded["offset_mapping"], reply)
         prepared.append(
             PreparedState(
                 state_id=row["state_id"],
-                prompt_ids=list(prompt_ids),
+                row=row,
                 references=references,
+                prompt_ids=prompt_inputs([row], prompt_config, processor)["input_ids"][0].tolist(),
                 reply_ids=[*encoded["input_ids"], end_of_turn],
                 reply_action_mask=[*mask, 1],  # ending the turn after the action is part of acting
             )
         )
     return prepared
-
-
-def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return ids, mask
 
 
 def continuation_logits(
@@ -379,88 +384,83 @@ def continuation_logits(
     return out.logits[:, :-1], ids_t[:, prompt_width:], mask
 
 
-def _end_of_turn_ids(model) -> set[int]:
-    eos = model.generation_config.eos_token_id
-    return set(eos if isinstance(eos, list) else [eos])
+def sample_groups(
+    model,
+    processor,
+    states: list[PreparedState],
+    prompt_config,
+    p: SalvageDSParams,
+    n: int,
+    greedy: bool = False,
+):
+    """``n`` replies per state from ``model`` with the algorithm's sampling settings (the one sampler)."""
+    from rmsweb_kedro.agents.hf_policy import sample_replies
 
-
-def sample_replies(
-    model, prompts: list[list[int]], n: int, p: SalvageDSParams, pad_id: int, greedy: bool = False
-) -> list[list[list[int]]]:
-    """``n`` replies per prompt from ``model`` (token ids, up to and including the end of turn when produced)."""
-    ids, attention = _left_pad(prompts, pad_id)
-    device = next(model.parameters()).device
-    sampling = (
-        {"do_sample": False}
-        if greedy
-        else {"do_sample": True, "temperature": p.temperature, "top_p": p.top_p}
-    )
-    out = model.generate(
-        input_ids=ids.to(device),
-        attention_mask=attention.to(device),
+    return sample_replies(
+        model,
+        processor,
+        [s.row for s in states],
+        prompt_config,
+        n,
+        greedy=greedy,
+        temperature=p.temperature,
+        top_p=p.top_p,
         max_new_tokens=p.max_new_tokens,
-        num_return_sequences=n,
-        pad_token_id=pad_id,
-        top_k=None,
-        **sampling,
+        logprobs=False,  # pi_old comes from the training forward (exactly the ratio's denominator)
     )
-    end = _end_of_turn_ids(model)
-    replies = []
-    for row in out[:, ids.shape[1] :].tolist():
-        cut = next((i + 1 for i, token in enumerate(row) if token in end), len(row))
-        replies.append(row[:cut])
-    return [replies[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
-def parse_sampled(tokenizer, reply_ids: list[int]) -> Action | None:
-    """The action of a sampled reply, or None when the text is not exactly one valid action."""
-    from rmsweb_kedro.actions import ActionParseError, parse_reply
-
-    try:
-        return parse_reply(tokenizer.decode(reply_ids, skip_special_tokens=True))[1]
-    except ActionParseError:
-        return None
 
 
 class SalvageDSStep:
-    """The shared loop's ``loss_fn`` for Salvage-DS: sample G replies per state with the current policy, score and
-    gate each group, then L (module docstring) on the accepted samples and the anchored references."""
+    """The shared loop's ``rollout`` and ``loss_fn`` for Salvage-DS.
 
-    def __init__(self, p: SalvageDSParams, tokenizer, reference_model=None):
+    ``rollout``: sample G replies per state with the current policy, score and gate each group, and freeze what
+    the mu updates share: the rows to train (accepted samples, anchored references), the advantages and, when
+    mu > 1, log pi_old (with mu = 1, pi_old is pi_theta at the only update: ``logp.detach()``, one forward less).
+    ``__call__`` (the loss_fn): L (module docstring) on those rows with the current pi_theta."""
+
+    def __init__(
+        self,
+        p: SalvageDSParams,
+        processor,
+        prompt_config,
+        reference_model=None,
+        updates_per_batch: int = 1,
+    ):
         if p.beta > 0 and reference_model is None:
             raise ValueError("beta > 0 needs the frozen reference model (the SFT policy)")
+        if "screenshot" in prompt_config.observation:
+            raise ValueError(
+                "salvage_ds trains on text prompts only: the training forward does not pass screenshots "
+                "(prompt.observation must not name 'screenshot'); competence evaluation does support them"
+            )
         self.p = p
-        self.tokenizer = tokenizer
-        self.pad_id = tokenizer.pad_token_id
+        self.processor = processor
+        self.prompt_config = prompt_config
+        self.pad_id = processor.tokenizer.pad_token_id
         self.reference_model = reference_model
+        self.updates_per_batch = updates_per_batch
 
-    def score(
-        self, state: PreparedState, replies: list[list[int]]
-    ) -> tuple[list[float], list[bool], list[bool]]:
-        """Rewards, right flags and parsed flags of one group."""
-        actions = [parse_sampled(self.tokenizer, reply) for reply in replies]
-        rewards = [reward(action, state.references, self.p) for action in actions]
-        return rewards, [is_right(a, state.references) for a in actions], [a is not None for a in actions]
-
-    def __call__(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    def rollout(self, model, batch: dict) -> dict:
         p, states = self.p, batch["states"]
         policy = getattr(model, "module", model)  # a DDP wrapper has no generate: use the bare module
-        with torch.no_grad():
-            groups = sample_replies(policy, [s.prompt_ids for s in states], p.group_size, p, self.pad_id)
+        groups = sample_groups(policy, self.processor, states, self.prompt_config, p, p.group_size)
 
         accepted: list[tuple[list[int], list[int], float]] = []  # (prompt, reply, advantage)
         anchored: list[PreparedState] = []
         rejections = dict.fromkeys(REJECT_REASONS, 0)
-        all_rewards, all_right, all_parsed = [], [], []
-        for state, replies in zip(states, groups, strict=True):
-            rewards, right, parsed = self.score(state, replies)
-            all_rewards += rewards
-            all_right += right
-            all_parsed += parsed
+        rewards_all, right_all, parsed_all = [], [], []
+        for state, samples in zip(states, groups, strict=True):
+            rewards = [reward(s.action, state.references, p) for s in samples]
+            right = [is_right(s.action, state.references) for s in samples]
+            rewards_all += rewards
+            right_all += right
+            parsed_all += [s.action is not None for s in samples]
             reason = gate(group_statistics(rewards, right), p)
             if reason is None:
                 advantages = group_advantages(torch.tensor([rewards]), p)[0].tolist()
-                accepted += [(state.prompt_ids, r, a) for r, a in zip(replies, advantages, strict=True)]
+                accepted += [
+                    (s.prompt_ids, s.completion_ids, a) for s, a in zip(samples, advantages, strict=True)
+                ]
             else:
                 rejections[reason] += 1
                 if p.anchor_weight > 0:
@@ -472,30 +472,58 @@ class SalvageDSStep:
         rows = anchored or ([] if accepted else states[:1])
         prompts = [a[0] for a in accepted] + [s.prompt_ids for s in rows]
         replies = [a[1] for a in accepted] + [s.reply_ids for s in rows]
-        logits, targets, mask = continuation_logits(model, prompts, replies, self.pad_id)
-        temperature = torch.tensor([p.temperature] * n_acc + [1.0] * len(rows), device=logits.device)
+        width = max(len(r) for r in replies)
+        device = next(policy.parameters()).device
+        anchor_mask = torch.tensor(
+            [s.reply_action_mask + [0] * (width - len(s.reply_action_mask)) for s in anchored],
+            dtype=torch.long,
+        ).reshape(len(anchored), width)
+        n_groups = len(states)
+        return {
+            "prompts": prompts,
+            "replies": replies,
+            "n_accepted": n_acc,
+            "advantages": torch.tensor([a[2] for a in accepted], device=device),
+            "anchor_mask": anchor_mask.to(device),
+            "old_logp": (
+                self._logprobs(policy, prompts[:n_acc], replies[:n_acc], width)
+                if self.updates_per_batch > 1 and n_acc
+                else None
+            ),
+            "ref_logp": (
+                self._logprobs(self.reference_model.to(device), prompts[:n_acc], replies[:n_acc], width)
+                if p.beta > 0 and n_acc
+                else None
+            ),
+            "rollout_metrics": {  # what the batch's groups were; logged with each of its mu updates
+                "groups": float(n_groups),
+                "acceptance_rate": (n_groups - sum(rejections.values())) / n_groups,
+                **{f"rejected_{reason}": count / n_groups for reason, count in rejections.items()},
+                "anchor_share": len(anchored) / n_groups,
+                "mean_reward": sum(rewards_all) / len(rewards_all),
+                "competence": sum(right_all) / len(right_all),
+                "valid_rate": sum(parsed_all) / len(parsed_all),
+                "sampled_actions": float(len(rewards_all)),
+            },
+        }
+
+    def __call__(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        p, n_acc = self.p, batch["n_accepted"]
+        logits, targets, mask = continuation_logits(model, batch["prompts"], batch["replies"], self.pad_id)
+        rows = logits.shape[0]
+        temperature = torch.tensor([p.temperature] * n_acc + [1.0] * (rows - n_acc), device=logits.device)
         logp = token_logprobs(logits, targets, temperature.view(-1, 1, 1))
-        width = targets.shape[1]
-        anchor_mask = (
-            torch.tensor(
-                [s.reply_action_mask + [0] * (width - len(s.reply_action_mask)) for s in anchored],
-                dtype=torch.long,
-            )
-            .reshape(len(anchored), width)
-            .to(logits.device)
-        )
-        ref_logp = None
-        if p.beta > 0 and n_acc:
-            ref_logp = self._reference_logprobs(prompts[:n_acc], replies[:n_acc], width, logits.device)
         acc_mask = mask[:n_acc]
+        old_logp = batch["old_logp"] if batch["old_logp"] is not None else logp[:n_acc].detach()
+        anchor_mask = batch["anchor_mask"]
         parts = salvage_ds_loss(
             p,
             logp=logp[:n_acc],
-            old_logp=logp[:n_acc].detach(),  # mu = 1: pi_old is the policy that just sampled
-            advantages=torch.tensor([a[2] for a in accepted], device=logits.device),
+            old_logp=old_logp,
+            advantages=batch["advantages"],
             completion_mask=acc_mask,
             n_completion_tokens=int(acc_mask.sum()),
-            ref_logp=ref_logp,
+            ref_logp=batch["ref_logp"],
             anchor_logp=logp[n_acc:],
             anchor_mask=anchor_mask,
             n_anchor_tokens=int(anchor_mask.sum()),
@@ -504,55 +532,47 @@ class SalvageDSStep:
 
         trained = torch.cat([acc_mask, anchor_mask]).bool()
         entropy = token_entropy(logits[: trained.shape[0]], p.temperature)[trained]
-        n_groups = len(states)
+        n_tokens = max(1, int(acc_mask.sum()))
+        with torch.no_grad():  # CleanRL's approx_kl of pi_theta to pi_old: 0 at a batch's first update
+            log_ratio = (logp[:n_acc] - old_logp) * acc_mask
+            approx_kl = float(((log_ratio.exp() - 1) - log_ratio).sum()) / n_tokens
         metrics = {
-            "groups": float(n_groups),
-            "acceptance_rate": (n_groups - sum(rejections.values())) / n_groups,
-            **{f"rejected_{reason}": count / n_groups for reason, count in rejections.items()},
-            "anchor_share": len(anchored) / n_groups,
-            "mean_reward": sum(all_rewards) / len(all_rewards),
-            "competence": sum(all_right) / len(all_right),
-            "valid_rate": sum(all_parsed) / len(all_parsed),
+            **batch["rollout_metrics"],
             "surrogate": float(parts.surrogate.detach()),
             "anchor_nll": float(parts.anchor.detach()),
             "kl": float(parts.kl.detach()),
-            "clip_fraction": parts.clipped_tokens / max(1, int(acc_mask.sum())),
+            "clip_fraction": parts.clipped_tokens / n_tokens,
+            "approx_kl_old": approx_kl,
             "entropy": float(entropy.mean()) if entropy.numel() else 0.0,
-            "sampled_actions": float(len(all_rewards)),
         }
         return loss, metrics
 
-    def _reference_logprobs(self, prompts, replies, width: int, device) -> torch.Tensor:
-        """log pi_ref of the accepted replies, right-padded to the policy forward's ``width`` (anchor rows may be
-        longer); padding positions are masked out of the loss."""
-        reference = self.reference_model.to(device)
+    def _logprobs(self, model, prompts, replies, width: int) -> torch.Tensor:
+        """log pi (no gradient) of the accepted replies under ``model`` (pi_old, or pi_ref), right-padded to the
+        training forward's ``width`` (anchor rows may be longer); padding positions are masked out of the loss."""
         with torch.no_grad():
-            logits, targets, _ = continuation_logits(reference, prompts, replies, self.pad_id)
-            ref_logp = token_logprobs(logits, targets, self.p.temperature)
-        return torch.nn.functional.pad(ref_logp, (0, width - ref_logp.shape[1]))
+            logits, targets, _ = continuation_logits(model, prompts, replies, self.pad_id)
+            logp = token_logprobs(logits, targets, self.p.temperature)
+        return torch.nn.functional.pad(logp, (0, width - logp.shape[1]))
 
 
 def evaluate_competence(
-    model, states: list[PreparedState], p: SalvageDSParams, tokenizer, n: int, chunk: int = 8
+    model, states: list[PreparedState], p: SalvageDSParams, processor, prompt_config, n: int, chunk: int = 8
 ) -> tuple[dict[str, float], dict[str, float]]:
     """``(summary, per_state)``: greedy accuracy, competence (share of ``n`` sampled replies that are right,
     averaged over states) and valid-output rate of ``model`` on ``states``; competence of each state by id."""
-    scorer = SalvageDSStep(p.model_copy(update={"beta": 0.0}), tokenizer)
     greedy_right, competence, valid, per_state = 0, 0.0, 0, {}
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        for start in range(0, len(states), chunk):
-            part = states[start : start + chunk]
-            prompts = [s.prompt_ids for s in part]
-            greedy = sample_replies(model, prompts, 1, p, scorer.pad_id, greedy=True)
-            sampled = sample_replies(model, prompts, n, p, scorer.pad_id)
-            for state, (best,), replies in zip(part, greedy, sampled, strict=True):
-                greedy_right += scorer.score(state, [best])[1][0]
-                _, right, parsed = scorer.score(state, replies)
-                per_state[state.state_id] = sum(right) / n
-                competence += per_state[state.state_id]
-                valid += sum(parsed)
+    for start in range(0, len(states), chunk):
+        part = states[start : start + chunk]
+        greedy = sample_groups(model, processor, part, prompt_config, p, 1, greedy=True)
+        sampled = sample_groups(model, processor, part, prompt_config, p, n)
+        for state, (best,), samples in zip(part, greedy, sampled, strict=True):
+            greedy_right += is_right(best.action, state.references)
+            per_state[state.state_id] = sum(is_right(s.action, state.references) for s in samples) / n
+            competence += per_state[state.state_id]
+            valid += sum(s.action is not None for s in samples)
     model.train(was_training)
     count = max(1, len(states))
     summary = {
@@ -563,6 +583,28 @@ def evaluate_competence(
     return summary, per_state
 
 
+def competence_eval_fn(
+    splits: dict[str, list[dict]], p: SalvageDSParams, processor, prompt_config, n: int, seed: int
+):
+    """``eval_fn(model) -> {'eval/<split>/<metric>': value}``: :func:`evaluate_competence` on each split of STATE
+    rows. Every call draws from the same seeded random numbers (common random numbers make before/after
+    comparable) inside a forked RNG, so evaluating leaves the training's sampling stream untouched."""
+    prepared = {
+        split: prepare_states(rows, processor, prompt_config) for split, rows in splits.items() if rows
+    }
+
+    def eval_fn(model) -> dict[str, float]:
+        metrics = {}
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            for split, states in prepared.items():
+                summary, _ = evaluate_competence(model, states, p, processor, prompt_config, n)
+                metrics |= {f"eval/{split}/{name}": value for name, value in summary.items()}
+        return metrics
+
+    return eval_fn
+
+
 def train_salvage_ds(
     model,
     processor,
@@ -570,32 +612,26 @@ def train_salvage_ds(
     p: SalvageDSParams,
     loop_config,
     prompt_config,
-    eval_states: list[dict] | None = None,
-    eval_samples: int = 8,
+    eval_fn=None,
     accelerator=None,
 ):
     """Salvage-DS on ``train_states`` (STATE_SCHEMA rows) with the shared loop (``loop_config.batch_size`` states
-    a step); ``eval_states`` are scored (``evaluate_competence``) at each evaluation. Returns the ``LoopResult``."""
+    a sampled batch, ``loop_config.updates_per_batch`` updates on each); ``eval_fn(model) -> metrics`` (e.g.
+    :func:`competence_eval_fn`) runs at each evaluation. Returns the ``LoopResult``."""
     import copy
 
     from rmsweb_kedro.training.loop import train_loop
 
-    tokenizer = getattr(processor, "tokenizer", processor)
     prepared = prepare_states(train_states, processor, prompt_config)
-    held_out = prepare_states(eval_states or [], processor, prompt_config)
     reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 else None
-    step = SalvageDSStep(p, tokenizer, reference)
-
-    def eval_fn(policy) -> dict[str, float]:
-        summary, _ = evaluate_competence(policy, held_out, p, tokenizer, eval_samples)
-        return {f"eval/{name}": value for name, value in summary.items()}
-
+    step = SalvageDSStep(p, processor, prompt_config, reference, loop_config.updates_per_batch)
     return train_loop(
         model,
         prepared,
         collate=lambda items: {"states": items},
         loss_fn=step,
         config=loop_config,
-        eval_fn=eval_fn if held_out else None,
+        eval_fn=eval_fn,
         accelerator=accelerator,
+        rollout=step.rollout,
     )

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from rmsweb_kedro.actions import format_action, normalize_answer
-from rmsweb_kedro.schema import Step, Task, Trajectory, Usage, Verdict
+from rmsweb_kedro.schema import Step, Task, Trajectory, Usage, Verdict, tasks_from_frame, tasks_to_frame
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +127,13 @@ def run_live(
     submission = out / "online_mind2web"
     trajectories = []
     for task in tqdm(tasks, desc="live", unit="task"):
+        started = time.perf_counter()
         trajectory = run_episode(
             env, task, agent, judges, max_steps, mode="policy", trajectory_id=f"live__{task.id}",
             screenshot_dir=shots_root / task.id, relative_to=shots_root,
             metadata={"benchmark": task.metadata.get("benchmark", task.source)},
         )  # fmt: skip
+        trajectory.metadata["wall_s"] = time.perf_counter() - started
         write_submission(trajectory, task, shots_root, submission)
         trajectories.append(trajectory)
         logger.info("live %s: success=%s (%s)", task.id, trajectory.success, trajectory.termination)
@@ -143,3 +149,89 @@ def run_live(
 
 def _under(step: Step, prefix: str) -> Step:
     return step.model_copy(update={"screenshot": f"{prefix}/{step.screenshot}"}) if step.screenshot else step
+
+
+# ---------------------------------------------------------------- the ``live`` pipeline's nodes
+
+
+def select_live_tasks(
+    webvoyager: Any, online_mind2web: Any, webtailbench: Any, params: dict[str, Any]
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """``(live_tasks, load report)`` from the benchmark datasets (``LoadResult``s): the tasks of
+    ``live.benchmarks``, at most ``live.max_tasks_per_benchmark`` each (drawn with ``live.seed``); the report
+    counts rows in, accepted and quarantined per file and lists the quarantined rows."""
+    from rmsweb_kedro.pipelines.evaluate.nodes import EvaluateParams
+
+    config = EvaluateParams.model_validate(params).live
+    results = {"webvoyager": webvoyager, "online_mind2web": online_mind2web, "webtailbench": webtailbench}
+    chosen, report = [], {}
+    for name, result in results.items():
+        report[name] = {**result.counts(), "file": result.source_file, "quarantine": result.quarantine}
+        if name not in config.benchmarks:
+            continue
+        tasks = sorted(result.tasks, key=lambda t: t.id)
+        cap = config.max_tasks_per_benchmark
+        if cap is not None and len(tasks) > cap:
+            tasks = sorted(random.Random(config.seed).sample(tasks, cap), key=lambda t: t.id)
+        chosen += tasks
+        report[name]["selected"] = len(tasks)
+    logger.info("live: %d tasks from %s", len(chosen), config.benchmarks)
+    return tasks_to_frame(chosen), report
+
+
+LIVE_RESULT_SCHEMA_EXTRA = {"benchmark": pl.String, "score": pl.Float64}
+
+
+def run_live_tasks(live_tasks: pl.DataFrame, model: Any, params: dict[str, Any]) -> pl.DataFrame:
+    """The policy (a checkpoint dataset's value, as evaluated offline) on every live task in one browser, judged
+    by each task's judge over the ``live.judge`` endpoint; files under ``live.output_dir`` (trajectories.jsonl,
+    screenshots, Online-Mind2Web's submission folder). One row per task: the ``online_episodes`` columns plus
+    ``benchmark`` and the rubric ``score`` (WebTailBench)."""
+    from rmsweb_kedro.agents.endpoint import ChatEndpoint
+    from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA, EvaluateParams, episode_row, load_policy
+    from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv
+
+    config = EvaluateParams.model_validate(params)
+    live = config.live
+    if live.judge is None:
+        raise ValueError(
+            "evaluate.live.judge: an OpenAI-compatible endpoint {base_url, model, credentials} is needed"
+        )
+    tasks = tasks_from_frame(live_tasks)
+    schema = pl.Schema({**EPISODE_SCHEMA, **LIVE_RESULT_SCHEMA_EXTRA})
+    if not tasks:
+        return pl.DataFrame(schema=schema)
+    judges = JudgeByKind(
+        ChatEndpoint(live.judge, live.credentials_file), rubric_threshold=live.rubric_threshold
+    )
+    policy = load_policy(model, config, greedy=True)
+    with BrowserEnv(BrowserConfig(**live.browser)) as env:
+        trajectories = run_live(tasks, policy, env, judges, live.output_dir, max_steps=live.max_steps)
+    rows = []
+    for task, trajectory in zip(tasks, trajectories, strict=True):
+        row = episode_row(
+            trajectory, task, live.model_label, 0, trajectory.metadata.get("wall_s", 0.0), config
+        )
+        score = trajectory.verdict.details.get("score") if trajectory.verdict else None
+        rows.append(row | {"held_out": True, "benchmark": task.source, "score": score})
+    return pl.DataFrame(rows, schema=schema)
+
+
+def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+    """Per benchmark: tasks, environment errors, successes (k/n) and success rate with its Wilson interval, steps
+    on solved tasks, tokens and cost per task (judges' cost included)."""
+    from rmsweb_kedro.pipelines.evaluate.nodes import EvaluateParams, success_summary
+    from rmsweb_kedro.pipelines.evaluate.report import with_counts
+
+    confidence = EvaluateParams.model_validate(params).confidence
+    rows = [
+        {"benchmark": name, **success_summary(part, confidence)}
+        for (name,), part in sorted(results.group_by("benchmark"), key=lambda item: item[0][0])
+    ]
+    frame = pl.DataFrame(
+        rows,
+        schema={"benchmark": pl.String, "episodes": pl.Int64, "env_errors": pl.Int64}
+        | dict.fromkeys(["success_rate", "success_low", "success_high", "run_std", "steps_on_solved",
+                         "tokens_per_task", "cost_per_task_usd", "wall_s_per_task"], pl.Float64),
+    )  # fmt: skip
+    return with_counts(frame).drop("run_std")

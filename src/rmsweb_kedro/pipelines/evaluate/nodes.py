@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.pipelines.evaluate.step_metrics import METRICS, rates, score_step
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class OfflineParams(_Params):
 
 
 class OnlineParams(_Params):
+    enabled: bool = True  # false: no online episodes (the comparison's online columns stay empty)
     splits: list[str] = Field(default_factory=lambda: ["test"])
     held_out_sites: list[str] = Field(default_factory=lambda: ["hotels"])
     max_tasks: int | None = Field(default=3, ge=1, description="tasks of the splits on the training sites")
@@ -61,6 +63,23 @@ class CostModel(_Params):
     completion_usd_per_million: float = Field(default=0.0, ge=0)
 
 
+class LiveParams(_Params):
+    """``evaluate.live``: the ``live`` pipeline (benchmark tasks on the real web, LLM judges)."""
+
+    benchmarks: list[str] = Field(default_factory=lambda: ["webvoyager", "online_mind2web", "webtailbench"])
+    max_tasks_per_benchmark: int | None = Field(
+        default=None, ge=1, description="drawn with the seed; null: all"
+    )
+    seed: int = 0
+    max_steps: int = Field(default=30, ge=1)
+    judge: EndpointConfig | None = None  # one OpenAI-compatible endpoint for every LLM judge
+    rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
+    credentials_file: str = "conf/local/credentials.yml"
+    output_dir: str = "data/07_model_output/live"
+    model_label: str = "rmsweb"
+    browser: dict[str, Any] = Field(default_factory=dict)  # BrowserConfig overrides (headless, viewport, ...)
+
+
 class Claim(_Params):
     key: str  # what this run measures for it (a key of report.measures)
     claim: str
@@ -73,6 +92,7 @@ class EvaluateParams(_Params):
     policy: PolicyParams = Field(default_factory=PolicyParams)
     offline: OfflineParams = Field(default_factory=OfflineParams)
     online: OnlineParams = Field(default_factory=OnlineParams)
+    live: LiveParams = Field(default_factory=LiveParams)
     cost: CostModel = Field(default_factory=CostModel)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     seed: int = 0
@@ -253,6 +273,8 @@ def run_online(
 
     config = EvaluateParams.model_validate(params)
     online = config.online
+    if not online.enabled:
+        return pl.DataFrame(schema=EPISODE_SCHEMA)
     tasks = select_online_tasks(tasks_from_frame(sandbox_tasks), online, config.seed)
     if not tasks:
         logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)

@@ -1,10 +1,11 @@
-"""The ``evaluate`` pipeline: wiring only (nodes in ``nodes.py`` and ``report.py``)."""
+"""The ``evaluate`` pipeline and the ``live`` pipeline: wiring only (nodes in ``nodes.py``, ``report.py`` and
+``live.py``). ``model_evaluation`` and ``report_nodes`` are also reused, namespaced, by the ``ablations`` pipeline."""
 
 from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
-from rmsweb_kedro.pipelines.evaluate import nodes, report
+from rmsweb_kedro.pipelines.evaluate import live, nodes, report
 
 #: Model label -> the checkpoint dataset evaluated under it.
 MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
@@ -15,9 +16,12 @@ def _for_model(func, label: str):
     return update_wrapper(partial(func, model_name=label), func)
 
 
-def create_pipeline(**kwargs) -> Pipeline:
+def model_evaluation(models: dict[str, str]) -> Pipeline:
+    """Offline step metrics and online success of each model (label -> checkpoint dataset) on ``sft_states_val``
+    and ``sandbox_tasks``: ``offline_predictions``, ``online_episodes``, ``offline_metrics``,
+    ``online_breakdown`` and ``model_comparison`` (one row per label, in this order)."""
     per_model = []
-    for label, dataset in MODELS.items():
+    for label, dataset in models.items():
         per_model += [
             Node(
                 _for_model(nodes.predict_offline, label),
@@ -37,13 +41,13 @@ def create_pipeline(**kwargs) -> Pipeline:
         + [
             Node(
                 nodes.concat_tables,
-                inputs=[f"offline_predictions_{label}" for label in MODELS],
+                inputs=[f"offline_predictions_{label}" for label in models],
                 outputs="offline_predictions",
                 name="gather_offline_predictions",
             ),
             Node(
                 nodes.concat_tables,
-                inputs=[f"online_episodes_{label}" for label in MODELS],
+                inputs=[f"online_episodes_{label}" for label in models],
                 outputs="online_episodes",
                 name="gather_online_episodes",
             ),
@@ -65,58 +69,33 @@ def create_pipeline(**kwargs) -> Pipeline:
                 outputs="model_comparison",
                 name="compare_models",
             ),
-            Node(
-                report.collection_table,
-                inputs="collection_stats",
-                outputs="evaluation_collection_table",
-                name="collection_table",
-            ),
+        ]
+    )
+
+
+def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
+    """The claims table and the report (markdown and HTML). ``extra`` adds ``build_report`` keyword inputs
+    (``ablations``: the section the ablations pipeline adds when it re-renders the report)."""
+    return Pipeline(
+        [
             Node(
                 report.claims_table,
-                inputs=["model_comparison", "evaluation_collection_table", "params:evaluate"],
+                inputs=["model_comparison", "reflection_steps", "params:evaluate"],
                 outputs="claims_vs_run",
                 name="claims_vs_run",
             ),
             Node(
-                report.failure_modes,
-                inputs=["offline_predictions", "online_episodes"],
-                outputs="evaluation_failure_modes",
-                name="evaluation_failure_modes",
-            ),
-            Node(
-                report.plot_success_vs_cost,
-                inputs="model_comparison",
-                outputs="success_vs_cost_plot",
-                name="plot_success_vs_cost",
-            ),
-            Node(
-                report.plot_steps_on_solved,
-                inputs="online_episodes",
-                outputs="steps_on_solved_plot",
-                name="plot_steps_on_solved",
-            ),
-            Node(
-                report.plot_failure_modes,
-                inputs="evaluation_failure_modes",
-                outputs="failure_modes_by_model_plot",
-                name="plot_failure_modes_by_model",
-            ),
-            Node(
-                report.plot_training_curves,
-                inputs=["sft_metrics", "salvage_ds_metrics"],
-                outputs="training_curves_plot",
-                name="plot_training_curves",
-            ),
-            Node(
                 report.build_report,
-                inputs=[
-                    "model_comparison",
-                    "online_breakdown",
-                    "claims_vs_run",
-                    "evaluation_collection_table",
-                    "evaluation_failure_modes",
-                    "params:evaluate",
-                ],
+                inputs={
+                    "comparison": "model_comparison",
+                    "breakdown": "online_breakdown",
+                    "claims": "claims_vs_run",
+                    "collection": "evaluation_collection_table",
+                    "steps": "reflection_steps",
+                    "modes": "evaluation_failure_modes",
+                    "params": "params:evaluate",
+                }
+                | (extra or {}),
                 outputs="evaluation_report",
                 name="build_report",
             ),
@@ -125,6 +104,87 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs="evaluation_report",
                 outputs="evaluation_report_html",
                 name="build_report_html",
+            ),
+        ]
+    )
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    return (
+        model_evaluation(MODELS)
+        + Pipeline(
+            [
+                Node(
+                    report.collection_table,
+                    inputs="collection_stats",
+                    outputs="evaluation_collection_table",
+                    name="collection_table",
+                ),
+                Node(
+                    report.reflection_steps,
+                    inputs="collection_log",
+                    outputs="reflection_steps",
+                    name="reflection_steps",
+                ),
+                Node(
+                    report.failure_modes,
+                    inputs=["offline_predictions", "online_episodes"],
+                    outputs="evaluation_failure_modes",
+                    name="evaluation_failure_modes",
+                ),
+                Node(
+                    report.plot_success_vs_cost,
+                    inputs="model_comparison",
+                    outputs="success_vs_cost_plot",
+                    name="plot_success_vs_cost",
+                ),
+                Node(
+                    report.plot_steps_on_solved,
+                    inputs="online_episodes",
+                    outputs="steps_on_solved_plot",
+                    name="plot_steps_on_solved",
+                ),
+                Node(
+                    report.plot_failure_modes,
+                    inputs="evaluation_failure_modes",
+                    outputs="failure_modes_by_model_plot",
+                    name="plot_failure_modes_by_model",
+                ),
+                Node(
+                    report.plot_training_curves,
+                    inputs=["sft_metrics", "salvage_ds_metrics"],
+                    outputs="training_curves_plot",
+                    name="plot_training_curves",
+                ),
+            ]
+        )
+        + report_nodes()
+    )
+
+
+def create_live_pipeline() -> Pipeline:
+    """``live`` (registered in pipeline_registry): benchmark task files -> the RMSWeb policy on the live sites,
+    judged by each benchmark's LLM judge -> per-task results, a summary per benchmark, Online-Mind2Web's
+    submission folder (``evaluate.live.output_dir``)."""
+    return Pipeline(
+        [
+            Node(
+                live.select_live_tasks,
+                inputs=["webvoyager_tasks", "online_mind2web_tasks", "webtailbench_tasks", "params:evaluate"],
+                outputs=["live_tasks", "live_task_load_report"],
+                name="select_live_tasks",
+            ),
+            Node(
+                live.run_live_tasks,
+                inputs=["live_tasks", "rmsweb_model", "params:evaluate"],
+                outputs="live_results",
+                name="run_live_tasks",
+            ),
+            Node(
+                live.summarize_live,
+                inputs=["live_results", "params:evaluate"],
+                outputs="live_summary",
+                name="summarize_live",
             ),
         ]
     )

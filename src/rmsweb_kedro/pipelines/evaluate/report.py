@@ -35,11 +35,61 @@ def collection_table(collection_stats: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"mode": pl.String, **COLLECTION_COLUMNS})
 
 
+# ---------------------------------------------------------------- reflection steps saved
+
+#: The modes reflection_retries is compared with, in order of preference: the same attempt budget R first.
+STEP_BASELINES = ("independent_retries", "single")
+
+REFLECTION_STEPS_SCHEMA = pl.Schema(
+    {
+        "baseline": pl.String,
+        "tasks": pl.Int64,  # tasks both modes attempted
+        "solved_reflection": pl.Int64,
+        "solved_baseline": pl.Int64,
+        "solved_both": pl.Int64,
+        "steps_reflection": pl.Float64,  # mean steps of the successful trajectory, over tasks both solved
+        "steps_baseline": pl.Float64,
+        "steps_saved_pct": pl.Float64,  # 100 * (1 - steps_reflection / steps_baseline)
+    }
+)
+
+
+def reflection_steps(collection_log: pl.DataFrame) -> pl.DataFrame:
+    """Steps on solved tasks, ``reflection_retries`` against each baseline mode the log holds, paired: over the
+    tasks both modes solved (a mode stops at its first verified success, so each solved task has one successful
+    trajectory per mode). Empty when the log lacks reflection_retries or every baseline."""
+
+    def per_task(mode: str) -> pl.DataFrame:
+        won = pl.col("success").fill_null(False)  # an environment error solves nothing (nor fails the agent)
+        return (
+            collection_log.filter(pl.col("mode") == mode)
+            .group_by("task_id")
+            .agg(won.any().alias("solved"), pl.col("n_steps").filter(won).first().alias("steps"))
+        )
+
+    modes = set(collection_log["mode"].unique().to_list())
+    rows = []
+    if "reflection_retries" in modes:
+        reflection = per_task("reflection_retries")
+        for baseline in (m for m in STEP_BASELINES if m in modes):
+            paired = reflection.join(per_task(baseline), on="task_id", suffix="_b")
+            both = paired.filter(pl.col("solved") & pl.col("solved_b"))
+            ours, theirs = both["steps"].mean(), both["steps_b"].mean()
+            rows.append(
+                {"baseline": baseline, "tasks": paired.height, "solved_reflection": int(paired["solved"].sum()),
+                 "solved_baseline": int(paired["solved_b"].sum()), "solved_both": both.height,
+                 "steps_reflection": ours, "steps_baseline": theirs,
+                 "steps_saved_pct": 100 * (1 - ours / theirs) if both.height and theirs else None}
+            )  # fmt: skip
+    return pl.DataFrame(rows, schema=REFLECTION_STEPS_SCHEMA)
+
+
 # ---------------------------------------------------------------- claims
 
 
-def measures(comparison: pl.DataFrame, collection: pl.DataFrame) -> dict[str, tuple[float | None, str]]:
-    """How this run measures each claim key, from the comparison and collection tables: key -> (value, how)."""
+def measures(comparison: pl.DataFrame, steps: pl.DataFrame) -> dict[str, tuple[float | None, str]]:
+    """How this run measures each claim key, from the comparison table and the paired reflection-steps table:
+    key -> (value, how)."""
 
     def success(model: str) -> float | None:
         row = comparison.filter(pl.col("model") == model)
@@ -50,16 +100,17 @@ def measures(comparison: pl.DataFrame, collection: pl.DataFrame) -> dict[str, tu
         what = f"online success of {a} minus {b}, in points"
         return (None, what + " (not measured)") if sa is None or sb is None else (100 * (sa - sb), what)
 
-    steps = {row["mode"]: row["mean_steps_success"] for row in collection.iter_rows(named=True)}
-    baseline = next((m for m in ("independent_retries", "single") if steps.get(m)), None)
     saved: tuple[float | None, str] = (
         None,
-        "needs reflection_retries and single/independent_retries collections",
+        "not measured in this run: needs reflection_retries and single/independent_retries collections "
+        "(the ablations pipeline, or collect.modes with several modes)",
     )
-    if steps.get("reflection_retries") and baseline:
+    row = next((r for r in steps.iter_rows(named=True) if r["steps_saved_pct"] is not None), None)
+    if row:
         saved = (
-            100 * (1 - steps["reflection_retries"] / steps[baseline]),
-            f"mean steps of successful collected trajectories, reflection_retries vs {baseline}, % fewer",
+            row["steps_saved_pct"],
+            f"steps of the successful collected trajectory, reflection_retries vs {row['baseline']}, % fewer, "
+            f"over the {row['solved_both']} tasks both solved (of {row['tasks']})",
         )
     return {
         "rmsweb_minus_sft_points": points("rmsweb", "sft"),
@@ -68,11 +119,11 @@ def measures(comparison: pl.DataFrame, collection: pl.DataFrame) -> dict[str, tu
     }
 
 
-def claims_table(comparison: pl.DataFrame, collection: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+def claims_table(comparison: pl.DataFrame, steps: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
     """The paper's claims (parameters) beside this run's figure and whether the direction agrees: every claim is
     stated as a gain (points gained, % of steps saved), so agreeing means a positive figure."""
     config = EvaluateParams.model_validate(params)
-    measured = measures(comparison, collection)
+    measured = measures(comparison, steps)
     rows = []
     for claim in config.claims:
         value, how = measured.get(claim.key, (None, f"unknown measure {claim.key!r}"))
@@ -92,7 +143,7 @@ def claims_table(comparison: pl.DataFrame, collection: pl.DataFrame, params: dic
 # ---------------------------------------------------------------- plots
 
 
-def _figure(ncols: int = 1):
+def figure_panels(ncols: int = 1):
     """A figure with ``ncols`` panels, made without pyplot (no global state, nothing left open)."""
     from matplotlib.figure import Figure
 
@@ -102,7 +153,7 @@ def _figure(ncols: int = 1):
 
 def plot_success_vs_cost(comparison: pl.DataFrame):
     """Online success (with its interval) against cost per task: the accuracy-cost trade-off."""
-    fig, (ax,) = _figure()
+    fig, (ax,) = figure_panels()
     for row in comparison.iter_rows(named=True):
         if row["success_rate"] is None:
             continue
@@ -125,7 +176,7 @@ def plot_success_vs_cost(comparison: pl.DataFrame):
 
 def plot_steps_on_solved(episodes: pl.DataFrame):
     """Histogram of the steps taken on solved tasks, per model."""
-    fig, (ax,) = _figure()
+    fig, (ax,) = figure_panels()
     solved = episodes.filter(pl.col("success").fill_null(False))
     top = int(solved["n_steps"].max() or 1) if solved.height else 1
     for model in episodes["model"].unique(maintain_order=True).to_list():
@@ -166,7 +217,7 @@ def failure_modes(predictions: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataF
 
 def plot_failure_modes(modes: pl.DataFrame):
     """Stacked bars per model: failure modes of offline steps and online episodes."""
-    fig, panels = _figure(2)
+    fig, panels = figure_panels(2)
     for ax, where in zip(panels, ("offline step", "online episode"), strict=True):
         part = modes.filter(pl.col("where") == where)
         models = part["model"].unique(maintain_order=True).to_list()
@@ -200,7 +251,7 @@ def history_rows(metrics: Any) -> list[dict[str, Any]]:
 
 def plot_training_curves(sft_metrics: Any, salvage_ds_metrics: Any):
     """Loss curves of SFT and Salvage-DS (every ``*loss*`` series of each history, by optimizer step)."""
-    fig, panels = _figure(2)
+    fig, panels = figure_panels(2)
     for ax, (name, metrics) in zip(
         panels, (("SFT", sft_metrics), ("Salvage-DS", salvage_ds_metrics)), strict=True
     ):
@@ -239,9 +290,43 @@ def markdown_table(frame: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _percent(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+def as_percent(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """Rates as % (an all-null column read back from CSV is text: cast first)."""
     present = [c for c in columns if c in frame.columns]
-    return frame.with_columns((pl.col(c) * 100).round(1) for c in present)
+    return frame.with_columns((pl.col(c).cast(pl.Float64) * 100).round(1) for c in present)
+
+
+def with_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """A ``successes`` column ``k/n`` (successes over judged episodes) beside the rates, so every online rate
+    states its n."""
+    judged = pl.col("episodes") - pl.col("env_errors").fill_null(0)
+    wins = (pl.col("success_rate") * judged).round(0).cast(pl.Int64)
+    text = (
+        pl.when(pl.col("success_rate").is_null())
+        .then(pl.lit(None))
+        .otherwise(pl.format("{}/{}", wins, judged))
+    )
+    return frame.with_columns(text.alias("successes"))
+
+
+def online_caveat(comparison: pl.DataFrame, confidence: float) -> str:
+    """One honest sentence on what the online episodes can tell apart at this n."""
+    judged = comparison.filter(pl.col("success_rate").is_not_null()) if comparison.height else comparison
+    if judged.height == 0:
+        return "No online episode was judged in this run."
+    n = judged["episodes"] - judged["env_errors"].fill_null(0)
+    if judged["success_rate"].max() == 0:
+        top = judged["success_high"].max()
+        return (
+            f"No model solved any online episode ({int(n.min())}–{int(n.max())} judged episodes each): at this n a "
+            f"true success rate up to {100 * top:.0f} % is consistent with 0 successes ({confidence:.0%} Wilson), "
+            "so the online figures cannot separate the models; the offline step metrics can."
+        )
+    widest = float((judged["success_high"] - judged["success_low"]).max())
+    return (
+        f"Online figures rest on {int(n.min())}–{int(n.max())} judged episodes per model; intervals are up to "
+        f"{100 * widest:.0f} points wide, so differences inside them are not resolved at this n."
+    )
 
 
 def build_report(
@@ -249,25 +334,28 @@ def build_report(
     breakdown: pl.DataFrame,
     claims: pl.DataFrame,
     collection: pl.DataFrame,
+    steps: pl.DataFrame,
     modes: pl.DataFrame,
     params: dict[str, Any],
+    ablations: str | None = None,
 ) -> str:
-    """``report.md``: what was compared and how, the tables, the figures (files beside the report)."""
+    """``report.md``: what was compared and how, the tables, the figures (files beside the report); with
+    ``ablations`` (the ablations pipeline's markdown section), that section too."""
     config = EvaluateParams.model_validate(params)
     online = config.online
     rate_columns = ["action_type_accuracy", "element_accuracy", "argument_match", "step_success_rate",
                     "invalid_format_rate", "success_rate", "success_low", "success_high", "run_std"]  # fmt: skip
     offline_cols = ["model", "n_states", "action_type_accuracy", "element_accuracy", "argument_match",
                     "step_success_rate", "invalid_format_rate"]  # fmt: skip
-    online_cols = ["model", "episodes", "env_errors", "success_rate", "success_low", "success_high", "run_std",
-                   "steps_on_solved", "tokens_per_task", "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
-    table = _percent(comparison, rate_columns)
+    online_cols = ["model", "episodes", "env_errors", "successes", "success_rate", "success_low", "success_high",
+                   "run_std", "steps_on_solved", "tokens_per_task", "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
+    table = as_percent(with_counts(comparison), rate_columns)
     figures = "\n".join(f"![{name}]({path})" for name, path in config.figures.items())
     sections = [
         "# RMSWeb evaluation report",
         "Rates in %. Online success is over judged episodes (environment failures are counted apart, never as the "
-        f"agent's failure); the interval is Wilson's at {config.confidence:.0%} over all episodes of "
-        f"{online.runs} run(s); `run_std` is the spread of the per-run rates.",
+        f"agent's failure); `successes` gives k/n; the interval is Wilson's at {config.confidence:.0%} over all "
+        f"episodes of {online.runs} run(s); `run_std` is the spread of the per-run rates.",
         f"Online protocol: sandbox splits {online.splits}, up to {online.max_tasks} tasks on the training sites and "
         f"{online.max_held_out_tasks} on the held-out sites {online.held_out_sites}, max {online.max_steps} steps, "
         f"{'greedy' if online.greedy else f'sampled (T={online.temperature})'} decoding, judge: the sandbox "
@@ -277,19 +365,24 @@ def build_report(
         markdown_table(table.select([c for c in offline_cols if c in table.columns])),
         "## Online success in the sandbox",
         markdown_table(table.select([c for c in online_cols if c in table.columns])),
+        online_caveat(comparison, config.confidence),
         "### By site group, site and level",
-        markdown_table(_percent(breakdown, ["success_rate", "success_low", "success_high"])),
+        markdown_table(as_percent(breakdown, ["success_rate", "success_low", "success_high"])),
         "## The paper's claims and this run",
         markdown_table(claims),
         "A toy-scale default run (tiny model, minutes of CPU) shows whether each stage works and points the right "
         "way, not the paper's sizes; the `experiment` / production configurations are where sizes are measured.",
         "## Collection statistics",
-        markdown_table(_percent(collection, ["yield"])),
+        markdown_table(as_percent(collection, ["yield"])),
+        "### Steps on solved tasks: reflection_retries vs the other modes (paired, same tasks, same budget)",
+        markdown_table(steps),
         "## Failure modes",
         markdown_table(modes),
         "## Figures",
         figures or "_(no figures configured)_",
     ]
+    if ablations:
+        sections.append(ablations.strip())
     return "\n\n".join(sections) + "\n"
 
 

@@ -28,7 +28,8 @@ class SalvageDSNodeParams(BaseModel):
     loop: LoopConfig
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     held_out_fraction: float = Field(0.25, ge=0.0, lt=1.0)
-    max_eval_states: int = Field(16, ge=0)
+    max_eval_states: int = Field(16, ge=0, description="critical states scored before/after, each split")
+    max_val_states: int | None = Field(None, ge=0, description="val steps scored before/after; None: all")
     eval_samples: int = Field(4, ge=1)
     seed: int = 0
 
@@ -48,24 +49,27 @@ def split_by_task(
     return states.filter(~is_held), states.filter(is_held)
 
 
-def _sample(rows: list[dict], limit: int, seed: int) -> list[dict]:
-    return rows if len(rows) <= limit else random.Random(seed).sample(rows, limit)
+def _sample(rows: list[dict], limit: int | None, seed: int) -> list[dict]:
+    return rows if limit is None or len(rows) <= limit else random.Random(seed).sample(rows, limit)
 
 
 def train_rmsweb_model(
-    sft_model: Any, critical_states: pl.DataFrame, params: dict[str, Any]
+    sft_model: Any, critical_states: pl.DataFrame, val_states: pl.DataFrame, params: dict[str, Any]
 ) -> tuple[Any, pl.DataFrame, dict[str, Any]]:
     """Salvage-DS from the SFT model on the critical states: ``(rmsweb_model, salvage_ds_metrics, report)``.
 
-    The report holds greedy accuracy and competence before and after on the trained and the held-out states."""
+    Greedy accuracy, competence and valid rate are measured on three splits, before training (a step-0 row of
+    the metrics) and at every evaluation (the last one is "after"): ``train`` (trained critical states),
+    ``held_out`` (critical states of held-out tasks) and ``val`` (the SFT val steps, ``sft_states_val``). Each
+    measurement draws from the same seeded random numbers, outside the training's RNG stream."""
     from rmsweb_kedro.modeling import LoadedModel
-    from rmsweb_kedro.training.salvage_ds import evaluate_competence, prepare_states, train_salvage_ds
+    from rmsweb_kedro.training.salvage_ds import competence_eval_fn, train_salvage_ds
 
     config = SalvageDSNodeParams.model_validate(params)
     model, processor = sft_model
     train, held_out = split_by_task(critical_states, config.held_out_fraction, config.seed)
     report: dict[str, Any] = {
-        "states": {"train": train.height, "held_out": held_out.height},
+        "states": {"train": train.height, "held_out": held_out.height, "val": val_states.height},
         "params": config.model_dump(mode="json"),
     }
     if train.height == 0:
@@ -78,46 +82,40 @@ def train_rmsweb_model(
         not config.loop.resume and output_dir.exists()
     ):  # a fresh run must not mix with an older run's checkpoints
         shutil.rmtree(output_dir)
-    train_rows, held_rows = train.to_dicts(), held_out.to_dicts()
-    scored = {
-        "train": prepare_states(
-            _sample(train_rows, config.max_eval_states, config.seed), processor, config.prompt
-        ),
-        "held_out": prepare_states(
-            _sample(held_rows, config.max_eval_states, config.seed), processor, config.prompt
-        ),
+    train_rows = train.to_dicts()
+    splits = {
+        "train": _sample(train_rows, config.max_eval_states, config.seed),
+        "held_out": _sample(held_out.to_dicts(), config.max_eval_states, config.seed),
+        "val": _sample(val_states.to_dicts(), config.max_val_states, config.seed),
     }
-    tokenizer = processor.tokenizer
-
-    def competence(policy) -> dict[str, dict[str, float]]:
-        return {
-            split: evaluate_competence(policy, states, config.algorithm, tokenizer, config.eval_samples)[0]
-            for split, states in scored.items()
-            if states
-        }
-
-    report["before"] = competence(model)
-    result = train_salvage_ds(
-        model,
-        processor,
-        train_rows,
-        config.algorithm,
-        config.loop,
-        config.prompt,
-        eval_states=_sample(held_rows, config.max_eval_states, config.seed),
-        eval_samples=config.eval_samples,
+    report["states"]["scored"] = {split: len(rows) for split, rows in splits.items()}
+    competence = competence_eval_fn(
+        splits, config.algorithm, processor, config.prompt, config.eval_samples, config.seed
     )
-    report["after"] = competence(result.model)
+    scores = competence(model)
+    result = train_salvage_ds(
+        model, processor, train_rows, config.algorithm, config.loop, config.prompt, eval_fn=competence
+    )
+    history = pl.from_dicts([{"step": 0, **scores}, *result.history], infer_schema_length=None)
+    report["before"] = _by_split(scores)
+    report["after"] = _by_split({key: result.last(key) for key in scores})
     report.update(steps=result.step, resumed_from=result.resumed_from, stopped_early=result.stopped_early)
-    history = pl.from_dicts(result.history, infer_schema_length=None) if result.history else pl.DataFrame()
-    if history.height:
-        report["means"] = {
-            column.removeprefix("train/"): float(history[column].mean())
-            for column in history.columns
-            if column.startswith("train/")
-        }
-    logger.info("salvage_ds: competence before %s, after %s", report["before"], report["after"])
+    report["means"] = {
+        column.removeprefix("train/"): float(history[column].mean())
+        for column in history.columns
+        if column.startswith("train/")
+    }
+    logger.info("salvage_ds: before %s, after %s", report["before"], report["after"])
     return LoadedModel(result.model, processor), history, report
+
+
+def _by_split(row: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """``{'eval/<split>/<metric>': v}`` -> ``{split: {metric: v}}``."""
+    nested: dict[str, dict[str, float]] = {}
+    for key, value in row.items():
+        _, split, metric = key.split("/")
+        nested.setdefault(split, {})[metric] = value
+    return nested
 
 
 #: The panels of the training plot: a title and the ``train/`` series drawn in it.
@@ -131,23 +129,35 @@ PANELS = {
     ],
     "reward and competence": ["mean_reward", "competence", "valid_rate"],
     "loss terms": ["loss", "surrogate", "anchor_nll", "kl"],
-    "policy": ["entropy", "clip_fraction"],
+    "policy": ["entropy", "clip_fraction", "approx_kl_old"],
 }
 
 
+#: The evaluation panels: a split and its ``eval/<split>/`` series (step 0 is before training).
+EVAL_PANELS = {
+    "held-out critical states": "held_out",
+    "val steps": "val",
+}
+EVAL_SERIES = ["greedy_accuracy", "competence", "valid_rate"]
+
+
 def plot_salvage_ds_metrics(metrics: pl.DataFrame):
-    """A figure of the per-step metrics: group decisions, reward/competence, loss terms, entropy/clipping."""
+    """A figure of the per-step metrics: group decisions, reward/competence, loss terms, entropy/clipping, and
+    greedy accuracy / competence on held-out critical states and on val steps from before training (step 0)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.5 * len(PANELS), 3.5))
-    for ax, (title, names) in zip(axes, PANELS.items(), strict=True):
-        for name in names:
-            column = f"train/{name}"
+    panels = [(title, [f"train/{n}" for n in names]) for title, names in PANELS.items()]
+    panels += [(title, [f"eval/{split}/{n}" for n in EVAL_SERIES]) for title, split in EVAL_PANELS.items()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5))
+    for ax, (title, columns) in zip(axes, panels, strict=True):
+        for column in columns:
             if column in metrics.columns:
-                ax.plot(metrics["step"].to_list(), metrics[column].to_list(), label=name, marker=".")
+                points = metrics.select("step", column).drop_nulls()
+                label = column.split("/")[-1]
+                ax.plot(points["step"].to_list(), points[column].to_list(), label=label, marker=".")
         ax.set_title(title + ("" if metrics.height else " (no steps)"))
         ax.set_xlabel("optimizer step")
         if ax.get_legend_handles_labels()[0]:

@@ -10,7 +10,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 nodes.train_rmsweb_model,
-                inputs=["sft_model", "critical_states", "params:salvage_ds"],
+                inputs=["sft_model", "critical_states", "sft_states_val", "params:salvage_ds"],
                 outputs=["rmsweb_model", "salvage_ds_metrics", "salvage_ds_report"],
                 name="train_salvage_ds",
             ),

@@ -17,6 +17,18 @@ from rmsweb_kedro.training.sft import SFTConfig
 logger = logging.getLogger(__name__)
 
 
+class AugmentationParams(BaseModel):
+    """Argument-swap copies of the training states (rmsweb_kedro.augmentation); 0 copies: off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    copies: int = Field(default=0, ge=0, description="swapped copies of each state whose argument is copied")
+    pool_share: float = Field(
+        default=0.5, ge=0, le=1, description="replacements from other states' arguments"
+    )
+    seed: int = 0
+
+
 class SFTParams(BaseModel):
     """The ``sft`` parameters: the base model, the training run, and how many val states to decode."""
 
@@ -26,6 +38,7 @@ class SFTParams(BaseModel):
     base_checkpoint: LoadConfig | None = None
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
     training: SFTConfig
+    augmentation: AugmentationParams = Field(default_factory=AugmentationParams)
     accuracy_states: int = Field(
         default=64, ge=0, description="val states decoded greedily for step accuracy"
     )
@@ -57,6 +70,24 @@ def build_base_model(sft_states_train: pl.DataFrame, params: dict[str, Any]) -> 
             "sft_states_train is empty: no successful trajectory to train the tokenizer and model on"
         )
     return LoadedModel(*build_tiny_model(_corpus(sft_states_train, config.training), config.tiny))
+
+
+def augment_train_states(sft_states_train: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+    """The training states plus their argument-swap copies (none when ``augmentation.copies`` is 0)."""
+    from rmsweb_kedro.augmentation import augment_states
+
+    config = SFTParams.model_validate(params)
+    augmentation = config.augmentation
+    if augmentation.copies and "screenshot" in config.training.prompt.observation:
+        raise ValueError(
+            "sft.augmentation.copies > 0 with screenshots in the prompt: a swapped argument would still show in "
+            "the screenshot; set sft.augmentation.copies: 0 (or drop screenshot from the observation)"
+        )
+    copies = augment_states(
+        sft_states_train.to_dicts(), augmentation.copies, augmentation.pool_share, augmentation.seed
+    )
+    logger.info("%d argument-swap copies of %d training states", len(copies), sft_states_train.height)
+    return pl.concat([sft_states_train, pl.DataFrame(copies, schema=sft_states_train.schema)])
 
 
 def step_accuracy(model, processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, float]:

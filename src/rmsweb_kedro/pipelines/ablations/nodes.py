@@ -1,0 +1,195 @@
+"""Nodes of the ``ablations`` pipeline: each variant's parameters, the collection pool, one row of facts per
+variant, the comparison table, its markdown section and its plot. The variants themselves are the other stages'
+own nodes, reused under namespaces (see pipeline.py)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import polars as pl
+
+from rmsweb_kedro.pipelines.evaluate.report import as_percent, figure_panels, markdown_table, with_counts
+
+
+def stage_parameters(base: dict[str, Any], *overrides: dict[str, Any]) -> dict[str, Any]:
+    """A variant's parameters for one stage: the stage's own parameters with each override deep-merged in, in
+    order (the ablation budget, then the variant's change), so a change to a stage's defaults reaches every
+    variant."""
+    merged = copy.deepcopy(base)
+    for override in overrides:
+        _merge_into(merged, override or {})
+    return merged
+
+
+def _merge_into(target: dict[str, Any], override: dict[str, Any]) -> None:
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge_into(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def collection_pool(collection_tasks: pl.DataFrame, sft_states_val: pl.DataFrame) -> pl.DataFrame:
+    """The tasks the default run collected on, minus those whose states the evaluation holds out
+    (``sft_states_val``), so no variant trains on a task it is scored on."""
+    held_out = sft_states_val["task_id"].unique().to_list()
+    return collection_tasks.filter(~pl.col("id").is_in(held_out))
+
+
+#: One row of facts per variant, joined to the evaluation's comparison by ``variant``.
+FACTS_SCHEMA = pl.Schema(
+    {
+        "variant": pl.String,
+        "group": pl.String,
+        "setting": pl.String,
+        "train_states": pl.Int64,  # SFT states (collection variants) or RL states (Salvage-DS variants)
+        "train_steps": pl.Int64,  # optimizer steps done (a wall-clock cap may stop a run before its max_steps)
+        "collected_tasks": pl.Int64,
+        "collection_yield": pl.Float64,
+        "attempts": pl.Int64,
+        "mean_steps_success": pl.Float64,  # steps of the successful collected trajectories
+        "heldout_competence_before": pl.Float64,  # Salvage-DS: competence on held-out critical states
+        "heldout_competence_after": pl.Float64,
+    }
+)
+
+
+def describe_collection_variant(
+    stats: dict[str, Any], states_train: pl.DataFrame, sft_metrics: dict[str, Any], variant: str, mode: str
+) -> dict[str, Any]:
+    """A collection-mode variant: what its collection gave (yield, attempts, steps of successes) and the SFT it
+    fed (training states, steps done)."""
+    summary = stats["modes"][mode]
+    return {
+        "variant": variant,
+        "group": "collection mode",
+        "setting": f"{mode}, R={stats['settings']['attempts_R']}",
+        "train_states": states_train.height,
+        "train_steps": sft_metrics.get("steps"),
+        "collected_tasks": summary["tasks"],
+        "collection_yield": summary["yield"],
+        "attempts": summary["attempts"],
+        "mean_steps_success": summary["mean_steps_success"],
+    }
+
+
+def describe_rl_variant(report: dict[str, Any], variant: str, group: str, setting: str) -> dict[str, Any]:
+    """A Salvage-DS variant: states trained on, steps done, held-out competence before and after."""
+
+    def held_out(when: str) -> float | None:
+        return report.get(when, {}).get("held_out", {}).get("competence")
+
+    return {
+        "variant": variant,
+        "group": group,
+        "setting": setting,
+        "train_states": report["states"]["train"],
+        "train_steps": report.get("steps", 0),
+        "heldout_competence_before": held_out("before"),
+        "heldout_competence_after": held_out("after"),
+    }
+
+
+def describe_reference(
+    states_train: pl.DataFrame, sft_metrics: dict[str, Any], variant: str
+) -> dict[str, Any]:
+    """The default run's SFT model: the starting point of every Salvage-DS variant."""
+    return {
+        "variant": variant,
+        "group": "reference",
+        "setting": "the default run's SFT model (Salvage-DS variants start here)",
+        "train_states": states_train.height,
+        "train_steps": sft_metrics.get("steps"),
+    }
+
+
+TABLE_COLUMNS = [
+    "group", "variant", "setting", "train_states", "train_steps", "collected_tasks", "collection_yield",
+    "attempts", "mean_steps_success", "heldout_competence_before", "heldout_competence_after", "n_states",
+    "step_success_rate", "action_type_accuracy", "element_accuracy", "argument_match", "invalid_format_rate",
+    "episodes", "env_errors", "successes", "success_rate", "success_low", "success_high", "steps_on_solved",
+    "tokens_per_task",
+]  # fmt: skip
+
+
+def ablation_table(comparison: pl.DataFrame, *facts: dict[str, Any]) -> pl.DataFrame:
+    """ONE row per variant: its facts (what was changed, what it trained on, for how long) beside the evaluation's
+    offline step metrics and online success (k/n, Wilson interval) from ``model_comparison``."""
+    described = pl.DataFrame(list(facts), schema=FACTS_SCHEMA)
+    missing = set(described["variant"]) ^ set(comparison["model"])
+    if missing:
+        raise ValueError(f"ablations: variants and evaluated models differ: {sorted(missing)}")
+    joined = described.join(with_counts(comparison).rename({"model": "variant"}), on="variant", how="left")
+    return joined.select(TABLE_COLUMNS)
+
+
+def ablation_section(table: pl.DataFrame, steps: pl.DataFrame, params: dict[str, Any]) -> str:
+    """The report's "Ablations" section (markdown): the table, the paired reflection-steps table, the budget and
+    the plot."""
+    budget = params.get("budget", {})
+    online = budget.get("evaluate", {}).get("online", {})
+    return "\n\n".join(
+        [
+            "## Ablations",
+            "Each variant is a stage of the recipe re-run under the namespace `ablations.<variant>` with one "
+            "setting changed (`kedro run --pipelines ablations`; docs/ablations.md). Rates in %. **Budgets are "
+            "smaller than the default run's** (conf/base/parameters_ablations.yml `ablations.budget`): "
+            f"collection on {budget.get('collect', {}).get('max_tasks')} tasks per mode, SFT "
+            f"{budget.get('sft', {}).get('training', {}).get('loop', {}).get('max_steps')} steps per corpus, "
+            f"Salvage-DS {budget.get('salvage_ds', {}).get('loop', {}).get('max_steps')} steps per variant; "
+            "`train_steps` is what each run did. Offline metrics are on the same held-out states for every "
+            "variant (`n_states`); online success is k/n judged episodes with its Wilson interval"
+            + ("" if online.get("enabled", True) else " (online evaluation off in this run)")
+            + ".",
+            ablation_markdown(table).strip(),
+            "### Reflection steps saved (the collection-mode ablation, paired on the tasks both modes solved)",
+            markdown_table(steps),
+            "![ablations](ablations/ablations.png)",
+        ]
+    )
+
+
+def ablation_markdown(table: pl.DataFrame) -> str:
+    """The comparison table alone as markdown (rates in %), for the catalog's ``.md`` copy."""
+    shown = as_percent(
+        table,
+        ["collection_yield", "heldout_competence_before", "heldout_competence_after", "step_success_rate",
+         "action_type_accuracy", "element_accuracy", "argument_match", "invalid_format_rate", "success_rate",
+         "success_low", "success_high"],
+    )  # fmt: skip
+    return markdown_table(shown) + "\n"
+
+
+def plot_ablations(table: pl.DataFrame):
+    """Offline step success per variant, and online success with its Wilson interval (n in the label)."""
+    fig, (offline, online) = figure_panels(2)
+    labels = table["variant"].to_list()
+    groups = table["group"].to_list()
+    colours = {g: f"C{i}" for i, g in enumerate(dict.fromkeys(groups))}
+    positions = list(range(len(labels)))
+    steps = [100 * (v or 0.0) for v in table["step_success_rate"].to_list()]
+    offline.barh(positions, steps, color=[colours[g] for g in groups])
+    offline.set_yticks(positions, labels, fontsize=8)
+    offline.invert_yaxis()
+    offline.set_xlabel("offline step success (%)")
+    offline.set_title("Offline, held-out states")
+    for group, colour in colours.items():
+        offline.bar([0], [0], color=colour, label=group)
+    offline.legend(fontsize=7)
+    for position, row in zip(positions, table.iter_rows(named=True), strict=True):
+        if row["success_rate"] is None:
+            continue
+        rate = 100 * row["success_rate"]
+        # max(0, ...): the Wilson bound at 0 successes can sit a rounding error above the rate
+        error = [[max(0.0, rate - 100 * row["success_low"])], [max(0.0, 100 * row["success_high"] - rate)]]
+        online.errorbar([rate], [position], xerr=error, fmt="o", capsize=3, color=colours[row["group"]])
+    online.set_yticks(positions, [f"{v} ({s or '–'})" for v, s in zip(labels, table["successes"], strict=True)],
+                      fontsize=8)  # fmt: skip
+    online.invert_yaxis()
+    online.set_xlim(-5, 105)
+    online.set_xlabel("online success (%), Wilson interval; k/n in the label")
+    online.set_title("Online, sandbox")
+    fig.set_size_inches(13, 0.45 * len(labels) + 2)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,224 @@
+"""The ``ablations`` pipeline: wiring only. Every variant is an existing stage's own pipeline reused under the
+namespace ``ablations.<variant>`` (its free inputs are the default run's datasets unless the variant replaces
+them), with parameters ``params:ablations.<variant>.<stage>`` = the stage's parameters + ``ablations.budget.<stage>``
++ ``ablations.variants.<variant>.<stage>`` (nodes.stage_parameters). Not part of ``__default__``: it runs on
+what the default run left in data/."""
+
+from functools import partial, update_wrapper
+
+from kedro.pipeline import Node, Pipeline, pipeline
+
+from rmsweb_kedro.pipelines import collect, mining, salvage_ds, sft, sft_data, trajectories
+from rmsweb_kedro.pipelines.ablations import nodes
+from rmsweb_kedro.pipelines.evaluate import report
+from rmsweb_kedro.pipelines.evaluate.nodes import concat_tables
+from rmsweb_kedro.pipelines.evaluate.pipeline import model_evaluation, report_nodes
+
+#: (a) Collection modes at the same attempt budget, each corpus through trajectories -> sft_data -> SFT.
+COLLECTION_MODES = ("single", "independent_retries", "reflection_retries")
+#: (c) Salvage-DS modes on the mined critical states; (b) ``rl_full_corpus`` is salvage_ds on every SFT state.
+SALVAGE_MODES = ("grpo", "dapo_filter", "salvage_ds", "salvage_ds_no_anchor")
+FULL_CORPUS = "rl_full_corpus"
+REFERENCE = "sft_default"
+
+
+def _bind(func, **bound):
+    """``func`` with ``bound`` keyword arguments, keeping its name for Kedro's logs."""
+    return update_wrapper(partial(func, **bound), func)
+
+
+def _configure(variant: str | None, stage: str) -> Node:
+    """``params:ablations[.<variant>].<stage>``: the stage's parameters + the budget + the variant's change.
+
+    A node makes it because ``pipeline(parameters=...)`` maps parameters only to parameter names, and config
+    interpolation cannot override one key of another file's block; the YAML then holds only the changes."""
+    overrides = [f"params:ablations.budget.{stage}"]
+    if variant:
+        overrides.append(f"params:ablations.variants.{variant}.{stage}")
+    return Node(
+        nodes.stage_parameters,
+        inputs=[f"params:{stage}", *overrides],
+        outputs=f"params:ablations.{variant}.{stage}" if variant else f"params:ablations.{stage}",
+        name=f"configure_{stage}",
+        namespace=f"ablations.{variant}" if variant else "ablations",
+    )
+
+
+def _reuse(
+    stage: Pipeline,
+    variant: str,
+    configured: tuple[str, ...],
+    replaced: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+) -> Pipeline:
+    """``stage`` under ``ablations.<variant>``: the ``configured`` parameters are the variant's, ``params`` maps
+    others to given config keys, the rest are the stage's own; free inputs are the default run's datasets unless
+    ``replaced`` names another."""
+    namespace = f"ablations.{variant}"
+    free = stage.inputs()
+    own = {name.removeprefix("params:") for name in free if name.startswith("params:")}
+    mapped = {name: f"{namespace}.{name}" if name in configured else name for name in own} | (params or {})
+    return pipeline(
+        stage,
+        namespace=namespace,
+        inputs={name: (replaced or {}).get(name, name) for name in free if not name.startswith("params:")},
+        parameters=mapped,
+    )
+
+
+def _without_base(stage: Pipeline) -> Pipeline:
+    """The sft stage without building a base model: every corpus fine-tunes the default run's ``base_model``,
+    so the variants differ by their data only."""
+    return stage - stage.only_nodes_with_outputs("base_model")
+
+
+def _collection_variant(mode: str) -> Pipeline:
+    variant = f"collect_{mode}"
+    chain = (
+        collect.create_pipeline()
+        + trajectories.create_pipeline()
+        + sft_data.create_pipeline()
+        + _without_base(sft.create_pipeline())
+    )
+    namespaced = _reuse(
+        chain,
+        variant,
+        ("collect", "trajectories", "sft"),
+        replaced={"sandbox_tasks": "ablations.collection_pool"},
+        # collect saves screenshots under the variant's raw folder (catalog_ablations.yml), not the default's
+        params={"trajectories.raw_root": f"ablations.variants.{variant}.trajectories.raw_root"},
+    )
+    describe = Node(
+        _bind(nodes.describe_collection_variant, variant=variant, mode=mode),
+        inputs=[
+            f"ablations.{variant}.{name}" for name in ("collection_stats", "sft_states_train", "sft_metrics")
+        ],
+        outputs=f"ablations.{variant}.facts",
+        name="describe_variant",
+        namespace=f"ablations.{variant}",
+    )
+    return (
+        Pipeline([_configure(variant, stage) for stage in ("collect", "trajectories", "sft")] + [describe])
+        + namespaced
+    )
+
+
+def _rl_variant(
+    variant: str, chain: Pipeline, configured: tuple[str, ...], setting: str, group: str
+) -> Pipeline:
+    return (
+        Pipeline([_configure(variant, stage) for stage in configured])
+        + _reuse(chain, variant, configured)
+        + Pipeline(
+            [
+                Node(
+                    _bind(nodes.describe_rl_variant, variant=variant, group=group, setting=setting),
+                    inputs=f"ablations.{variant}.salvage_ds_report",
+                    outputs=f"ablations.{variant}.facts",
+                    name="describe_variant",
+                    namespace=f"ablations.{variant}",
+                )
+            ]
+        )
+    )
+
+
+def create_pipeline(**kwargs) -> Pipeline:
+    collection = [_collection_variant(mode) for mode in COLLECTION_MODES]
+    modes = [
+        _rl_variant(f"rl_{mode}", salvage_ds.create_pipeline(), ("salvage_ds",), f"mode {mode}, mined states",
+                    "Salvage-DS mode")
+        for mode in SALVAGE_MODES
+    ]  # fmt: skip
+    full = _rl_variant(
+        FULL_CORPUS,
+        mining.create_pipeline().only_nodes_with_outputs("critical_states") + salvage_ds.create_pipeline(),
+        ("mining", "salvage_ds"),
+        "mode salvage_ds, every SFT training state (rl_corpus: full); compare rl_salvage_ds (mined)",
+        "RL corpus",
+    )
+    models = {f"collect_{m}": f"ablations.collect_{m}.sft_model" for m in COLLECTION_MODES}
+    models |= {REFERENCE: "sft_model"}
+    models |= {f"rl_{m}": f"ablations.rl_{m}.rmsweb_model" for m in SALVAGE_MODES}
+    models |= {FULL_CORPUS: f"ablations.{FULL_CORPUS}.rmsweb_model"}
+    facts = [f"ablations.{variant}.facts" for variant in models]
+    evaluation = pipeline(
+        model_evaluation(models),
+        namespace="ablations",
+        inputs={"sft_states_val", "sandbox_tasks", *models.values()},
+        parameters={"evaluate": "ablations.evaluate"},
+    )
+    the_report = pipeline(
+        report_nodes({"ablations": "ablations.report_section"}),
+        namespace="ablations",
+        inputs={name: name for name in ("model_comparison", "online_breakdown", "evaluation_collection_table",
+                                        "evaluation_failure_modes")} | {"reflection_steps": "ablations.reflection_steps", "ablations.report_section": "ablations.report_section"},
+        parameters={"evaluate"},
+    )  # fmt: skip
+    return (
+        sum(collection + modes, Pipeline([]))
+        + full
+        + evaluation
+        + the_report
+        + Pipeline(
+            [
+                _configure(None, "evaluate"),
+                Node(
+                    nodes.collection_pool,
+                    inputs=["collection_tasks", "sft_states_val"],
+                    outputs="ablations.collection_pool",
+                    name="collection_pool",
+                    namespace="ablations",
+                ),
+                Node(
+                    _bind(nodes.describe_reference, variant=REFERENCE),
+                    inputs=["sft_states_train", "sft_metrics"],
+                    outputs=f"ablations.{REFERENCE}.facts",
+                    name="describe_variant",
+                    namespace=f"ablations.{REFERENCE}",
+                ),
+                Node(
+                    concat_tables,
+                    inputs=[f"ablations.collect_{m}.collection_log" for m in COLLECTION_MODES],
+                    outputs="ablations.collection_log",
+                    name="gather_collection_logs",
+                    namespace="ablations",
+                ),
+                Node(
+                    report.reflection_steps,
+                    inputs="ablations.collection_log",
+                    outputs="ablations.reflection_steps",
+                    name="reflection_steps",
+                    namespace="ablations",
+                ),
+                Node(
+                    nodes.ablation_table,
+                    inputs=["ablations.model_comparison", *facts],
+                    outputs="ablation_comparison",
+                    name="ablation_table",
+                    namespace="ablations",
+                ),
+                Node(
+                    nodes.ablation_markdown,
+                    inputs="ablation_comparison",
+                    outputs="ablation_comparison_md",
+                    name="ablation_markdown",
+                    namespace="ablations",
+                ),
+                Node(
+                    nodes.plot_ablations,
+                    inputs="ablation_comparison",
+                    outputs="ablation_plot",
+                    name="plot_ablations",
+                    namespace="ablations",
+                ),
+                Node(
+                    nodes.ablation_section,
+                    inputs=["ablation_comparison", "ablations.reflection_steps", "params:ablations"],
+                    outputs="ablations.report_section",
+                    name="report_section",
+                    namespace="ablations",
+                ),
+            ]
+        )
+    )
