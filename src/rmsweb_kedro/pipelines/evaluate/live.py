@@ -189,7 +189,7 @@ def run_live_tasks(live_tasks: pl.DataFrame, model: Any, params: dict[str, Any])
     ``benchmark`` and the rubric ``score`` (WebTailBench)."""
     from rmsweb_kedro.agents.endpoint import ChatEndpoint
     from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA, EvaluateParams, episode_row, load_policy
-    from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv
+    from rmsweb_kedro.web.browser import BrowserConfig, run_parallel
 
     config = EvaluateParams.model_validate(params)
     live = config.live
@@ -205,8 +205,13 @@ def run_live_tasks(live_tasks: pl.DataFrame, model: Any, params: dict[str, Any])
         ChatEndpoint(live.judge, live.credentials_file), rubric_threshold=live.rubric_threshold
     )
     policy = load_policy(model, config, greedy=True)
-    with BrowserEnv(BrowserConfig(**live.browser)) as env:
-        trajectories = run_live(tasks, policy, env, judges, live.output_dir, max_steps=live.max_steps)
+    # On a browser thread (as run_online), so a Playwright session the calling thread may hold never collides.
+    (trajectories,) = run_parallel(
+        lambda env, batch: run_live(batch, policy, env, judges, live.output_dir, max_steps=live.max_steps),
+        [tasks], 1, BrowserConfig(**live.browser),
+    )  # fmt: skip
+    if isinstance(trajectories, BaseException):
+        raise RuntimeError("live: the browser thread failed") from trajectories
     rows = []
     for task, trajectory in zip(tasks, trajectories, strict=True):
         row = episode_row(

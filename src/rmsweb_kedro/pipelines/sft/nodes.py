@@ -39,8 +39,8 @@ class SFTParams(BaseModel):
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
     training: SFTConfig
     augmentation: AugmentationParams = Field(default_factory=AugmentationParams)
-    accuracy_states: int = Field(
-        default=64, ge=0, description="val states decoded greedily for step accuracy"
+    accuracy_states: int | None = Field(
+        default=None, ge=0, description="val states decoded for step accuracy (drawn with the loop seed); None: all"
     )
 
 
@@ -166,7 +166,10 @@ def train_sft(
     training = config.training
     model, processor = base_model
     train, val = sft_states_train.to_dicts(), sft_states_val.to_dicts()
-    probe = val[: config.accuracy_states]
+    probe = sft_states_val
+    if config.accuracy_states is not None and probe.height > config.accuracy_states:
+        probe = probe.sample(config.accuracy_states, seed=training.loop.seed)
+    probe = probe.to_dicts()
     before = step_accuracy(model, processor, probe, training)
     if training.launch:
         model, processor, history = _train_launched(base_model, sft_states_train, sft_states_val, training)
