@@ -342,3 +342,11 @@ STATE_SCHEMA = pl.Schema(
         "reference_action": pl.String,  # canonical action text
     }
 )
+
+
+def draw_states(states: pl.DataFrame, limit: int | None, seed: int) -> pl.DataFrame:
+    """Up to ``limit`` rows of ``states`` drawn with ``seed``, in ``state_id`` order (all of them when ``limit`` is
+    None or not smaller): how every stage picks the val states it scores."""
+    if limit is None or states.height <= limit:
+        return states
+    return states.sample(limit, seed=seed).sort("state_id")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.pipelines.evaluate.step_metrics import METRICS, rates, score_step
+from rmsweb_kedro.schema import draw_states
 
 logger = logging.getLogger(__name__)
 
@@ -157,10 +158,7 @@ def predict_offline(
     """The model's greedy reply at each held-out state (up to ``offline.max_states``, drawn with the seed),
     scored against the reference action (step_metrics.SCORE_SCHEMA columns)."""
     config = EvaluateParams.model_validate(params)
-    chosen = states
-    if config.offline.max_states is not None and states.height > config.offline.max_states:
-        chosen = states.sample(config.offline.max_states, seed=config.seed).sort("state_id")
-    rows = chosen.to_dicts()
+    rows = draw_states(states, config.offline.max_states, config.seed).to_dicts()
     policy = load_policy(model, config)
     samples = policy.sample(rows, n=1, greedy=True) if rows else []
     scored = []

@@ -12,6 +12,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.modeling import LoadConfig, LoadedModel, TinyModelConfig
+from rmsweb_kedro.schema import draw_states
 from rmsweb_kedro.training.sft import SFTConfig
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,9 @@ class SFTParams(BaseModel):
     training: SFTConfig
     augmentation: AugmentationParams = Field(default_factory=AugmentationParams)
     accuracy_states: int | None = Field(
-        default=None, ge=0, description="val states decoded for step accuracy (drawn with the loop seed); None: all"
+        default=None,
+        ge=0,
+        description="val states decoded for step accuracy (drawn with the loop seed); None: all",
     )
 
 
@@ -166,10 +169,7 @@ def train_sft(
     training = config.training
     model, processor = base_model
     train, val = sft_states_train.to_dicts(), sft_states_val.to_dicts()
-    probe = sft_states_val
-    if config.accuracy_states is not None and probe.height > config.accuracy_states:
-        probe = probe.sample(config.accuracy_states, seed=training.loop.seed)
-    probe = probe.to_dicts()
+    probe = draw_states(sft_states_val, config.accuracy_states, training.loop.seed).to_dicts()
     before = step_accuracy(model, processor, probe, training)
     if training.launch:
         model, processor, history = _train_launched(base_model, sft_states_train, sft_states_val, training)
