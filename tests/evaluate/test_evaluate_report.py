@@ -257,4 +257,8 @@ def test_report_from_empty_evaluations():
     markdown = report.build_report(
         comparison, nodes.online_breakdown(online, PARAMS), claims, collection, steps, modes, PARAMS
     )
-    assert markdown.count("_(empty)_") == 6 and "No online episode was judged" in markdown and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown
+    assert (
+        markdown.count("_(empty)_") == 6
+        and "No online episode was judged" in markdown
+        and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown
+    )

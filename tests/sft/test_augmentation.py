@@ -16,7 +16,9 @@ def test_a_swap_replaces_the_argument_in_every_text_the_policy_reads():
     item = parse_action(search["reference_action"]).text
     swapped = swap_argument(search, "Qorvel lamp")
     assert swapped["instruction"] == search["instruction"].replace(item, "Qorvel lamp")
-    assert item not in swapped["instruction"] + swapped["reference_thought"] + "".join(swapped["previous_actions"])
+    assert item not in swapped["instruction"] + swapped["reference_thought"] + "".join(
+        swapped["previous_actions"]
+    )
     assert parse_action(swapped["reference_action"]).text == "Qorvel lamp"
     assert parse_action(swapped["reference_action"]).submit  # everything but the argument is kept
     assert swapped["previous_actions"] == ['type(1, "Qorvel lamp", submit=true)']
@@ -57,7 +59,10 @@ def test_augment_states_makes_copies_of_copyable_states_only_and_is_seeded():
     pool = {parse_action(s["reference_action"]).text for s in copyable}
     for copy in augmented:
         original = by_id[copy["state_id"].split("#swap")[0]]
-        old, new = parse_action(original["reference_action"]).text, parse_action(copy["reference_action"]).text
+        old, new = (
+            parse_action(original["reference_action"]).text,
+            parse_action(copy["reference_action"]).text,
+        )
         assert new != old and new in copy["instruction"] and old not in copy["instruction"]
         assert new not in original["instruction"] + original["axtree"]  # never a second, conflicting source
         sources["pool" if new in pool else "fresh"] += 1
@@ -72,6 +77,9 @@ def test_node_appends_copies_and_refuses_screenshot_prompts():
     assert out.head(frame.height).equals(frame)  # the genuine states come first, untouched
     off = augment_train_states(frame, {**params, "augmentation": {"copies": 0}})
     assert off.equals(frame)
-    screenshots = {**params, "training": {**params["training"], "prompt": {"observation": ["screenshot", "axtree"]}}}
+    screenshots = {
+        **params,
+        "training": {**params["training"], "prompt": {"observation": ["screenshot", "axtree"]}},
+    }
     with pytest.raises(ValueError, match="screenshot"):
         augment_train_states(frame, screenshots)

@@ -102,7 +102,10 @@ def test_pointer_and_keyboard_actions_reach_only_what_a_person_could(
     covered = browser_env.step(parse_action(f"click({ids['Under']})"))
     assert covered.error == f'element {ids["Under"]} is covered by <div id=veil> "Please wait"'
     assert covered.title == "pointer"  # the click did not land
-    assert browser_env.step(parse_action(f"click({ids['Closed']})")).error == f"element {ids['Closed']} is disabled"
+    assert (
+        browser_env.step(parse_action(f"click({ids['Closed']})")).error
+        == f"element {ids['Closed']} is disabled"
+    )
     typed = browser_env.step(parse_action(f'type({ids["City"]}, "Bergen")'))  # replaces, not appends
     assert typed.error is None and 'textbox "City" [1] value="Bergen"' in typed.axtree
     cleared = browser_env.step(parse_action(f'type({ids["City"]}, "")'))
