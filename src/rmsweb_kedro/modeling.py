@@ -3,6 +3,11 @@
 The same :func:`load_model` loads the tiny checkpoint that :func:`build_tiny_model` saves and a real
 ``Qwen3-VL-8B-Instruct`` directory. No torchvision is needed: the processor is the stock ``Qwen3VLProcessor`` with
 no video processor and the PIL image processor (torchvision does not import beside the CPU torch build here).
+
+Device and dtype are decided in one place, :func:`resolve_device` and :func:`resolve_dtype` (``"auto"``: this
+process's accelerator, as Accelerate sees it, and bf16 there; the CPU and float32 otherwise). Every stage that runs
+the policy (SFT's accuracy, mining, Salvage-DS, evaluation, live) gets its model from :func:`load_model` or
+:func:`place_model`, which use them; the training loop's Accelerator puts the model on the same device.
 """
 
 from __future__ import annotations
@@ -90,7 +95,8 @@ class LoadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str
-    dtype: str = "float32"  # float32, bfloat16, float16, auto
+    dtype: str = "auto"  # auto (bf16 on an accelerator, float32 on the CPU), float32, bfloat16, float16
+    device: str = "auto"  # auto (this process's accelerator, else the CPU), cpu, cuda, cuda:1, ...
     attn_implementation: str | None = "sdpa"  # sdpa, eager, flash_attention_2
     lora: LoraSettings | None = None
 
@@ -136,26 +142,55 @@ def load_processor(path: str | Path):
     )
 
 
-def _torch_dtype(name: str):
+def resolve_device(device: str = "auto"):
+    """The ``torch.device`` the policy runs on: THE one place that decides it.
+
+    ``"auto"``: this process's accelerator as Accelerate sees it (``cuda:<LOCAL_RANK>`` under ``accelerate launch``
+    or torchrun, ``cuda:0`` in a plain process, MPS/XPU where those are the accelerator), else the CPU; it is the
+    device ``Accelerator().device`` trains on. Anything else is a torch device string (``"cpu"``, ``"cuda:1"``)."""
     import torch
 
-    return "auto" if name == "auto" else getattr(torch, name)
+    if device != "auto":
+        return torch.device(device)
+    from accelerate import PartialState
+
+    return PartialState().device
+
+
+def resolve_dtype(dtype: str = "auto", device: str = "auto"):
+    """The ``torch.dtype`` of the policy's weights: ``"auto"`` is bfloat16 on an accelerator that supports it and
+    float32 on the CPU (bf16 matmuls on 2 CPU cores are slower, and the tiny default trains in fp32 + autocast)."""
+    import torch
+
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    placed = resolve_device(device)
+    if placed.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.bfloat16 if placed.type in ("xpu", "npu") else torch.float32
+
+
+def place_model(model, device: str = "auto", dtype: str | None = None):
+    """``model`` moved to :func:`resolve_device` (and cast to :func:`resolve_dtype` when ``dtype`` is given)."""
+    model = model.to(resolve_device(device))
+    return model if dtype is None else model.to(resolve_dtype(dtype, device))
 
 
 def load_model(config: LoadConfig | dict[str, Any]):
-    """``(model, processor)`` from a local checkpoint dir; LoRA adapters added when ``config.lora`` is set."""
+    """``(model, processor)`` from a local checkpoint dir, on :func:`resolve_device` in :func:`resolve_dtype`;
+    LoRA adapters added when ``config.lora`` is set (or kept, when the dir is a saved base + adapter)."""
     from transformers import Qwen3VLForConditionalGeneration
 
     config = LoadConfig.model_validate(config)
     if not Path(config.path, "config.json").exists():
         raise FileNotFoundError(f"{config.path}: not a Hugging Face checkpoint directory (no config.json)")
-    kwargs: dict[str, Any] = {"dtype": _torch_dtype(config.dtype)}
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(config.dtype, config.device)}
     if config.attn_implementation:
         kwargs["attn_implementation"] = config.attn_implementation
     model = Qwen3VLForConditionalGeneration.from_pretrained(config.path, **kwargs)
     if config.lora is not None:
         model = add_lora(model, config.lora)
-    return model, load_processor(config.path)
+    return place_model(model, config.device), load_processor(config.path)
 
 
 def add_lora(model, settings: LoraSettings):

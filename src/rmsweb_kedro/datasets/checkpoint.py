@@ -7,7 +7,7 @@ Saves ``(model, processor)`` with ``save_pretrained`` (a peft model is saved mer
       type: rmsweb_kedro.datasets.checkpoint.CheckpointDataset
       filepath: data/06_models/sft_model
       versioned: true
-      load_args: {dtype: float32, attn_implementation: sdpa}
+      load_args: {dtype: auto, device: auto, attn_implementation: sdpa}
 
 With versioning, each save is ``<filepath>/<timestamp>/<name>/`` (Kedro's layout), so runs keep their lineage.
 """
