@@ -88,12 +88,42 @@ class Usage(_Record):
     completion_tokens: int = Field(default=0, ge=0)
 
 
+PromptSource = Literal["official", "project", "none"]
+
+
+class JudgedBy(_Record):
+    """The judge spec every verdict carries: what produced it, so a number can be reproduced and a reader can tell
+    a benchmark's own protocol from an approximation of it.
+
+    ``prompt_source``: ``official`` (the benchmark's prompt texts, fetched at a pinned commit, used verbatim),
+    ``project`` (the project's own wording: the fallback when the official files are absent, or a benchmark that
+    publishes none) or ``none`` (a programmatic judge, no prompt). ``prompt_ref`` says where the texts came from
+    (``owner/repo@commit:path`` or the project's prompt version); ``prompt_sha256`` hashes the texts used.
+    """
+
+    kind: JudgeKind
+    protocol: str = Field(min_length=1)  # e.g. "online-mind2web/webjudge", "sandbox/checker"
+    model: str | None = None  # the judge model; None for a programmatic judge
+    prompt_source: PromptSource
+    prompt_ref: str | None = None
+    prompt_sha256: str | None = None
+    thresholds: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def official(self) -> bool:
+        """Whether a number judged this way may be called the benchmark's official protocol: its own prompts, or
+        no prompt at all (a programmatic checker is its own protocol)."""
+        return self.prompt_source != "project"
+
+
 class Verdict(_Record):
-    """A judge's decision, with what is needed to reproduce it (judge name, model, prompt version...)."""
+    """A judge's decision, with what is needed to reproduce it: the judge's name and its spec (``judged_by``,
+    filled by every judge of the project; None only in records written before it existed)."""
 
     success: bool
     reason: str = ""
-    judge: str = ""  # e.g. "sandbox-checker/v1", "webjudge/gpt-4o/v1"
+    judge: str = ""  # e.g. "sandbox-checker/v1", "webjudge/o4-mini/official-1a2b3c4d"
+    judged_by: JudgedBy | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 
 

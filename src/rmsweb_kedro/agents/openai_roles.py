@@ -13,7 +13,7 @@ from typing import Any
 from rmsweb_kedro.actions import ActionParseError, format_action, parse_reply
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointError, image_part, text_part
-from rmsweb_kedro.schema import Observation, Step, Task, Usage, Verdict
+from rmsweb_kedro.schema import JudgedBy, Observation, Step, Task, Usage, Verdict
 
 PROMPT_VERSION = "v1"
 
@@ -165,14 +165,11 @@ def _screenshots(context: dict) -> list[str]:
     return [p for p in context.get("screenshots", []) if p and Path(p).is_file()]
 
 
-def _failed_verdict(judge: str, reason: str, details: dict) -> Verdict:
-    return Verdict(success=False, reason=reason, judge=judge, details=details)
-
-
 class EndpointJudge:
     """What both public judges share: their endpoint, cost account and the identity every verdict records."""
 
     protocol = ""
+    kind = ""
     slug = ""
     prompt_version = PROMPT_VERSION
 
@@ -183,6 +180,29 @@ class EndpointJudge:
 
     def cost_of(self, usage: Usage) -> float:
         return self.endpoint.cost(usage)
+
+    def prompt_texts(self) -> tuple[str, ...]:
+        return ()
+
+    def judged_by(self) -> JudgedBy:
+        import hashlib
+
+        digest = hashlib.sha256("\x00".join(self.prompt_texts()).encode()).hexdigest()
+        return JudgedBy(
+            kind=self.kind,
+            protocol=self.protocol,
+            model=self.endpoint.config.model,
+            prompt_source="project",
+            prompt_ref=f"rmsweb_kedro/{self.prompt_version}",
+            prompt_sha256=digest,
+            thresholds=self.thresholds,
+        )
+
+    def verdict(self, success: bool, reason: str, details: dict) -> Verdict:
+        """A verdict named and specified as this judge's."""
+        return Verdict(
+            success=success, reason=reason, judge=self.name, judged_by=self.judged_by(), details=details
+        )
 
     def _details(self, **extra: Any) -> dict:
         return {
@@ -198,11 +218,14 @@ class WebVoyagerJudge(EndpointJudge):
     """WebVoyager's auto-evaluation: task + final answer + the last ``last_k`` screenshots -> SUCCESS or NOT
     SUCCESS (the verdict is the last of those words in the reply). ``context["screenshots"]``: PNG paths in order."""
 
-    protocol, slug = "webvoyager", "webvoyager"
+    protocol, kind, slug = "webvoyager", "webvoyager", "webvoyager"
 
     def __init__(self, endpoint: ChatEndpoint, last_k: int = 3):
         super().__init__(endpoint, {"last_k_screenshots": last_k})
         self.last_k = last_k
+
+    def prompt_texts(self) -> tuple[str, ...]:
+        return (WEBVOYAGER_SYSTEM,)
 
     def judge(
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
@@ -217,18 +240,14 @@ class WebVoyagerJudge(EndpointJudge):
         try:
             completion = self.endpoint.complete(messages)
         except EndpointError as err:
-            return _failed_verdict(
-                self.name, f"judge endpoint error: {err}", self._details(error=str(err))
-            ), Usage()
+            return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), Usage()
         verdicts = re.findall(r"NOT SUCCESS|SUCCESS", completion.text.upper())
         details = self._details(raw_output=completion.text, screenshots=len(shots))
         if not verdicts:
             details["error"] = "no SUCCESS / NOT SUCCESS in the judge's reply"
-            return _failed_verdict(self.name, "judge reply unparseable", details), completion.usage
+            return self.verdict(False, "judge reply unparseable", details), completion.usage
         success = verdicts[-1] == "SUCCESS"
-        return Verdict(
-            success=success, reason=completion.text.strip()[-500:], judge=self.name, details=details
-        ), completion.usage
+        return self.verdict(success, completion.text.strip()[-500:], details), completion.usage
 
 
 WEBJUDGE_KEY_POINTS = """You are an expert tasked with analyzing a given task to identify the key points explicitly stated in the task description.
@@ -292,12 +311,15 @@ class WebJudge(EndpointJudge):
     them, keeping those scoring >= ``score_threshold`` (at most ``max_images``); (3) the outcome from the task,
     key points, the factual action history and the kept screenshots. ``context["screenshots"]``: PNG paths."""
 
-    protocol, slug = "online-mind2web-webjudge", "webjudge"
+    protocol, kind, slug = "online-mind2web-webjudge", "webjudge", "webjudge"
 
     def __init__(self, endpoint: ChatEndpoint, score_threshold: int = 3, max_images: int = 50):
         super().__init__(endpoint, {"score_threshold": score_threshold, "max_images": max_images})
         self.score_threshold = score_threshold
         self.max_images = max_images
+
+    def prompt_texts(self) -> tuple[str, ...]:
+        return (WEBJUDGE_KEY_POINTS, WEBJUDGE_IMAGE, WEBJUDGE_OUTCOME)
 
     @staticmethod
     def parse_score(text: str) -> int | None:
@@ -344,9 +366,7 @@ class WebJudge(EndpointJudge):
             )
             usage = _add(usage, outcome.usage)
         except EndpointError as err:
-            return _failed_verdict(
-                self.name, f"judge endpoint error: {err}", self._details(error=str(err))
-            ), usage
+            return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), usage
         status = re.findall(r"status\W*(success|failure)", outcome.text, flags=re.IGNORECASE)
         details = self._details(
             key_points=key_points,
@@ -356,8 +376,6 @@ class WebJudge(EndpointJudge):
         )
         if not status:
             details["error"] = 'no Status: "success" / "failure" in the judge\'s reply'
-            return _failed_verdict(self.name, "judge reply unparseable", details), usage
+            return self.verdict(False, "judge reply unparseable", details), usage
         success = status[-1].lower() == "success"
-        return Verdict(
-            success=success, reason=outcome.text.strip()[-500:], judge=self.name, details=details
-        ), usage
+        return self.verdict(success, outcome.text.strip()[-500:], details), usage

@@ -111,6 +111,7 @@ class RubricJudge(EndpointJudge):
     ``context["screenshots"]``: the attempt's PNG paths, oldest first (optional)."""
 
     protocol = "webtailbench-rubric"
+    kind = "rubric"
     slug = "rubric"
     prompt_version = PROMPT_VERSION
 
@@ -125,6 +126,9 @@ class RubricJudge(EndpointJudge):
         self.threshold = threshold
         self.last_k = last_k
         self.reply_attempts = reply_attempts
+
+    def prompt_texts(self) -> tuple[str, ...]:
+        return (SYSTEM_PROMPT,)
 
     def messages(
         self, task: Task, steps: list[Step], final_answer: str | None, screenshots: list[str]
@@ -151,9 +155,7 @@ class RubricJudge(EndpointJudge):
                 completion = self.endpoint.complete(messages, max_tokens=1024)
             except EndpointError as err:
                 details = self._details(error=f"judge endpoint error: {err}")
-                return Verdict(
-                    success=False, reason=details["error"], judge=self.name, details=details
-                ), usage
+                return self.verdict(False, details["error"], details), usage
             usage = Usage(
                 prompt_tokens=usage.prompt_tokens + completion.usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens + completion.usage.completion_tokens,
@@ -171,13 +173,9 @@ class RubricJudge(EndpointJudge):
                 f"earned {result['earned']:g} of {result['total']:g} points "
                 f"({result['score']:.0%}; success from {self.threshold:.0%})"
             )
-            return Verdict(
-                success=success, reason=reason, judge=self.name, details=self._details(**result)
-            ), usage
+            return self.verdict(success, reason, self._details(**result)), usage
         # An unusable reply is the judge's failure, not the agent's; "error" marks it, as the other judges do.
         details = self._details(
             error=f"judge reply unusable after {self.reply_attempts} tries: {error}", raw_output=reply[:2000]
         )
-        return Verdict(
-            success=False, reason="judge reply unparseable", judge=self.name, details=details
-        ), usage
+        return self.verdict(False, "judge reply unparseable", details), usage

@@ -225,8 +225,10 @@ class SandboxJudge:
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
     ) -> tuple[Verdict, Usage]:
         from rmsweb_kedro.web.sandbox import check
+        from rmsweb_kedro.web.sandbox.checkers import JUDGED_BY
 
         session_id = context.get("session_id")
         if session_id is None:
-            return Verdict(success=False, reason="no browser session to check", judge=self.name), Usage()
+            reason = "no browser session to check"
+            return Verdict(success=False, reason=reason, judge=self.name, judged_by=JUDGED_BY), Usage()
         return check(task, self.session_state(session_id), final_answer), Usage()

@@ -22,7 +22,16 @@ from typing import Any
 import polars as pl
 
 from rmsweb_kedro.actions import format_action, normalize_answer
-from rmsweb_kedro.schema import Step, Task, Trajectory, Usage, Verdict, tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.schema import (
+    JudgedBy,
+    Step,
+    Task,
+    Trajectory,
+    Usage,
+    Verdict,
+    tasks_from_frame,
+    tasks_to_frame,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +40,9 @@ class ExactAnswerJudge:
     """GAIA's scoring: the final answer equals the reference answer after ``actions.normalize_answer``."""
 
     name = "reference-answer/exact/v1"
+    judged_by = JudgedBy(
+        kind="reference_answer", protocol="gaia/exact-match", prompt_source="none", prompt_ref=name
+    )
 
     def judge(
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
@@ -41,7 +53,9 @@ class ExactAnswerJudge:
             f"final answer {final_answer!r} {'equals' if success else 'differs from'} reference {expected!r}"
         )
         details = {"protocol": "exact-match", "reference_answer": expected}
-        return Verdict(success=success, reason=reason, judge=self.name, details=details), Usage()
+        return Verdict(
+            success=success, reason=reason, judge=self.name, judged_by=self.judged_by, details=details
+        ), Usage()
 
 
 class JudgeByKind:

@@ -5,11 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from rmsweb_kedro.actions import normalize_answer, normalize_text
-from rmsweb_kedro.schema import Task, Verdict
+from rmsweb_kedro.schema import JudgedBy, Task, Verdict
 from rmsweb_kedro.web.sandbox.sites import COLLECTIONS
 
 JUDGE_NAME = "sandbox-checker/v1"
 _MAX_ANSWER_WORDS = 6
+#: The checker's judge spec: programmatic (no prompt, no model); its one threshold bounds a matching answer's length.
+JUDGED_BY = JudgedBy(
+    kind="sandbox_checker",
+    protocol="sandbox/checker",
+    prompt_source="none",
+    prompt_ref=JUDGE_NAME,
+    thresholds={"max_answer_words": _MAX_ANSWER_WORDS},
+)
 
 
 def answer_matches(final_answer: str, expected: str) -> bool:
@@ -41,6 +49,7 @@ def check(task: Task, session_state: dict[str, list[dict[str, Any]]], final_answ
                 success=False,
                 reason="no final answer was given",
                 judge=JUDGE_NAME,
+                judged_by=JUDGED_BY,
                 details={"expected": expected},
             )
         success = answer_matches(final_answer, expected)
@@ -53,6 +62,7 @@ def check(task: Task, session_state: dict[str, list[dict[str, Any]]], final_answ
             success=success,
             reason=reason,
             judge=JUDGE_NAME,
+            judged_by=JUDGED_BY,
             details={"expected": expected, "answer": final_answer},
         )
     if kind == "record":
@@ -73,6 +83,7 @@ def check(task: Task, session_state: dict[str, list[dict[str, Any]]], final_answ
             success=success,
             reason=reason,
             judge=JUDGE_NAME,
+            judged_by=JUDGED_BY,
             details={"collection": collection, "match": match},
         )
     raise ValueError(f"task {task.id}: judge.config.checker {kind!r} is neither 'answer' nor 'record'")

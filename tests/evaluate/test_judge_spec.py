@@ -1,0 +1,55 @@
+"""Every judge of the project fills the verdict's judge spec (``Verdict.judged_by``): the sandbox's programmatic
+checker, GAIA's exact match and the three LLM judges, the latter against a real local HTTP server."""
+
+from __future__ import annotations
+
+from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
+from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
+from rmsweb_kedro.agents.rubric_judge import RubricJudge
+from rmsweb_kedro.agents.scripted import SandboxJudge
+from rmsweb_kedro.pipelines.evaluate.live import ExactAnswerJudge
+from rmsweb_kedro.schema import JudgedBy, JudgeSpec, Task, Verdict
+from rmsweb_kedro.web.sandbox import check
+from tests.evaluate.conftest import RUBRIC, judge_model
+
+
+def test_the_sandbox_checker_and_exact_match_are_programmatic(sandbox_task_list):
+    task = next(t for t in sandbox_task_list if t.judge.config.get("checker") == "answer")
+    expected = task.judge.config["expected"]
+    verdicts = [
+        check(task, {}, expected),
+        check(task, {}, None),
+        SandboxJudge(lambda _session: {}).judge(task, [], expected, {})[0],  # no session: still specified
+    ]
+    assert [v.success for v in verdicts] == [True, False, False]
+    for verdict in verdicts:
+        spec = verdict.judged_by
+        assert spec.kind == "sandbox_checker" and spec.prompt_source == "none" and spec.model is None
+        assert spec.official  # a programmatic checker is its own protocol
+    gaia = task.model_copy(
+        update={"judge": JudgeSpec(kind="reference_answer", config={"reference_answer": "x"})}
+    )
+    verdict, _ = ExactAnswerJudge().judge(gaia, [], "X", {})
+    assert verdict.success and verdict.judged_by.protocol == "gaia/exact-match"
+
+
+def test_llm_judges_record_kind_model_prompt_and_thresholds(chat_server, tmp_path):
+    chat_server.respond = judge_model
+    endpoint = ChatEndpoint(EndpointConfig(base_url=chat_server.base_url, model="judge-test", max_retries=0))
+    task = Task(
+        id="t",
+        source="user",
+        site="shop",
+        start_url="http://shop.sandbox.test/",
+        instruction="Buy a blue scarf",
+        judge=JudgeSpec(kind="rubric", config={"rubric": RUBRIC}),
+    )
+    judges = [WebVoyagerJudge(endpoint), WebJudge(endpoint), RubricJudge(endpoint)]
+    for judge in judges:
+        verdict, _ = judge.judge(task, [], "done", {"screenshots": []})
+        spec = verdict.judged_by
+        assert isinstance(spec, JudgedBy) and spec.kind == judge.kind and spec.model == "judge-test"
+        assert spec.thresholds == judge.thresholds and spec.prompt_source in ("official", "project")
+        assert spec.prompt_sha256 and len(spec.prompt_sha256) == 64
+        # The spec survives the trajectory file's JSON round trip.
+        assert Verdict.model_validate_json(verdict.model_dump_json()).judged_by == spec
