@@ -250,3 +250,18 @@ def test_pixel_tolerance_is_a_parameter():
     a, b = parse_action("click(x=100, y=100)"), parse_action("click(x=130, y=100)")
     assert not semantically_equal(a, b)
     assert semantically_equal(a, b, tolerance_px=30)
+
+
+# The student's system turn is a training input: the trained tiny model has read exactly this text. Changing it
+# (even a space) changes every prompt the policy sees, so it is pinned byte for byte.
+STUDENT_ACTION_SPACE_TEXT = (
+    "You are a web agent. Reply with 'Thought:' and one 'Action:' line.\n"
+    'Actions: click(id) type(id, "text", submit=true) select_option(id, "option") press("Enter") '
+    'scroll("down") hover(id) goto("url") go_back() wait(2) answer("text") stop("success")'
+)
+
+
+def test_student_action_space_text_is_pinned():
+    from rmsweb_kedro.prompts import action_space_text
+
+    assert action_space_text() == STUDENT_ACTION_SPACE_TEXT
