@@ -1,4 +1,11 @@
-"""The action space: one closed set of browser actions, one parser, one formatter, one equivalence.
+"""The action space: one closed set of browser actions, one table that defines them, one parser, one formatter,
+one equivalence.
+
+:data:`ACTION_SPACE` holds one :class:`ActionSpec` per :class:`ActionType`: whether it takes a target, its
+arguments in order (the :class:`Action` field each fills, its kind, whether it is required, its closed set of values)
+and how a prompt shows it. The :class:`Action` checks, :func:`parse_action`, :func:`format_action` and both prompt
+texts (the policy's in :mod:`rmsweb_kedro.prompts`, the teacher's in :mod:`rmsweb_kedro.agents.openai_roles`) are
+derived from it, so adding or changing an action is one edit here.
 
 Text form (what models read and write), one call per action::
 
@@ -25,9 +32,10 @@ from __future__ import annotations
 import ast
 import re
 import unicodedata
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -48,24 +56,166 @@ class ActionType(StrEnum):
 
 ScrollDirection = Literal["up", "down", "left", "right"]
 StopStatus = Literal["success", "failure", "infeasible"]
+ArgumentKind = Literal["string", "integer", "number", "flag"]
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One argument an action takes besides its target, in the order a call writes it."""
+
+    field: str  # the Action field it fills
+    kind: ArgumentKind  # string (quoted), integer, number, or flag (written name=true)
+    shown: str | None  # how the policy's prompt writes it (a placeholder or an example); None: not shown
+    required: bool = True
+    missing: str = ""  # the parse error's words when a required argument is absent: "type needs <missing>"
+    choices: tuple[str, ...] = ()  # a closed set of values, matched case-insensitively
+    aliases: tuple[str, ...] = ()  # other keyword names the parser accepts, answer(answer="12")
+    what: str = ""  # the value's name in type errors; "the <field>" by default
+
+    @property
+    def label(self) -> str:
+        return self.what or f"the {self.field}"
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One action: its target, its arguments and what it is for (the teacher's prompt says so)."""
+
+    type: ActionType
+    targeted: bool  # acts on a page element: an element id, or page coordinates x=, y=
+    arguments: tuple[Argument, ...]
+    purpose: str
+
+    @property
+    def argument(self) -> str | None:
+        """The field of the action's one main argument (the first), or None."""
+        return self.arguments[0].field if self.arguments else None
+
+    def usage(self, target: str = "id", every_argument: bool = False) -> str:
+        """The call as a prompt shows it, ``type(id, "text", submit=true)``; ``every_argument`` adds the
+        arguments the policy's prompt leaves out, with an example value."""
+        parts = [target] if self.targeted else []
+        for argument in self.arguments:
+            shown = argument.shown or (_EXAMPLES[argument.field] if every_argument else None)
+            if shown is not None:
+                parts.append(shown)
+        return f"{self.type.value}({', '.join(parts)})"
+
+
+_DIRECTIONS, _STATUSES = get_args(ScrollDirection), get_args(StopStatus)
+
+
+def _either(values: tuple[str, ...]) -> str:
+    """``("up", "down", "left")`` -> ``"up, down or left"``, for error messages."""
+    return f"{', '.join(values[:-1])} or {values[-1]}"
+
+
+_EXAMPLES = {"amount": "3"}  # values for the arguments the policy's prompt does not show
+
+ACTION_SPACE: dict[ActionType, ActionSpec] = {
+    spec.type: spec
+    for spec in (
+        ActionSpec(
+            ActionType.CLICK,
+            targeted=True,
+            arguments=(),
+            purpose="click the element with that id",
+        ),
+        ActionSpec(
+            ActionType.TYPE,
+            targeted=True,
+            arguments=(
+                Argument("text", "string", '"text"', missing="the text to type"),
+                Argument("submit", "flag", "submit=true", required=False, what="submit"),
+            ),
+            purpose="replace the field's text; submit=true presses Enter after it (optional)",
+        ),
+        ActionSpec(
+            ActionType.SELECT_OPTION,
+            targeted=True,
+            arguments=(Argument("option", "string", '"option"', missing="the option to select"),),
+            purpose="choose an option of a drop-down list",
+        ),
+        ActionSpec(
+            ActionType.PRESS,
+            targeted=False,
+            arguments=(Argument("key", "string", '"Enter"', missing="its key"),),
+            purpose='press a key or a combination ("Enter", "Tab", "Control+a")',
+        ),
+        ActionSpec(
+            ActionType.SCROLL,
+            targeted=False,
+            arguments=(
+                Argument(
+                    "direction",
+                    "string",
+                    '"down"',
+                    missing=f"a direction: {_either(_DIRECTIONS)}",
+                    choices=_DIRECTIONS,
+                ),
+                Argument("amount", "integer", None, required=False, what="the scroll amount"),
+            ),
+            purpose="scroll the page up, down, left or right, by a number of steps (optional)",
+        ),
+        ActionSpec(
+            ActionType.HOVER,
+            targeted=True,
+            arguments=(),
+            purpose="move the mouse over the element",
+        ),
+        ActionSpec(
+            ActionType.GOTO,
+            targeted=False,
+            arguments=(Argument("url", "string", '"url"', missing="its url"),),
+            purpose="open a URL",
+        ),
+        ActionSpec(
+            ActionType.GO_BACK,
+            targeted=False,
+            arguments=(),
+            purpose="go back to the previous page",
+        ),
+        ActionSpec(
+            ActionType.WAIT,
+            targeted=False,
+            arguments=(Argument("seconds", "number", "2", required=False),),
+            purpose="wait for the page to change, for a number of seconds (optional, 1 by default)",
+        ),
+        ActionSpec(
+            ActionType.ANSWER,
+            targeted=False,
+            arguments=(Argument("text", "string", '"text"', missing="its text", aliases=("answer",)),),
+            purpose="give the answer when the task asks for information, then stop",
+        ),
+        ActionSpec(
+            ActionType.STOP,
+            targeted=False,
+            arguments=(Argument("status", "string", '"success"', missing="its status", choices=_STATUSES),),
+            purpose='end the task: "success" (done), "failure" or "infeasible" (it cannot be done)',
+        ),
+    )
+}
 
 # Actions that act on a page element, addressed by element id or by page coordinates.
-TARGETED = frozenset({ActionType.CLICK, ActionType.TYPE, ActionType.SELECT_OPTION, ActionType.HOVER})
-# The one argument each action carries besides its target; None means no argument.
-ARGUMENT_FIELD: dict[ActionType, str | None] = {
-    ActionType.CLICK: None,
-    ActionType.TYPE: "text",
-    ActionType.SELECT_OPTION: "option",
-    ActionType.PRESS: "key",
-    ActionType.SCROLL: "direction",
-    ActionType.HOVER: None,
-    ActionType.GOTO: "url",
-    ActionType.GO_BACK: None,
-    ActionType.WAIT: "seconds",
-    ActionType.ANSWER: "text",
-    ActionType.STOP: "status",
+TARGETED = frozenset(t for t, spec in ACTION_SPACE.items() if spec.targeted)
+# The one main argument each action carries besides its target; None means no argument.
+ARGUMENT_FIELD: dict[ActionType, str | None] = {t: spec.argument for t, spec in ACTION_SPACE.items()}
+# Every field an argument can fill, with its value when unset.
+_UNSET = {
+    argument.field: (False if argument.kind == "flag" else None)
+    for spec in ACTION_SPACE.values()
+    for argument in spec.arguments
 }
-_ARGUMENT_FIELDS = ("text", "option", "key", "direction", "url", "seconds", "status")
+
+
+def describe_actions(target: str = "id") -> str:
+    """One line per action, its full call and what it is for: the action list of an instruction prompt."""
+    usages = [spec.usage(target, every_argument=True) for spec in ACTION_SPACE.values()]
+    width = max(map(len, usages)) + 2
+    return "\n".join(
+        f"  {usage:<{width}}-- {spec.purpose}"
+        for usage, spec in zip(usages, ACTION_SPACE.values(), strict=True)
+    )
 
 
 class ActionParseError(ValueError):
@@ -98,25 +248,21 @@ class Action(BaseModel):
 
     @model_validator(mode="after")
     def _check_arguments(self) -> Action:
-        t = self.type
+        t, spec = self.type, ACTION_SPACE[self.type]
         has_point = self.x is not None or self.y is not None
-        if t in TARGETED:
+        if spec.targeted:
             by_point = self.x is not None and self.y is not None
             if (self.element is not None) + by_point != 1 or (has_point and not by_point):
                 raise ValueError(f"{t.value} needs exactly one target: an element id, or both x and y")
         elif self.element is not None or has_point:
             raise ValueError(f"{t.value} takes no target")
-        wanted = ARGUMENT_FIELD[t]
-        for name in _ARGUMENT_FIELDS:
+        taken = {argument.field: argument for argument in spec.arguments}
+        for name, unset in _UNSET.items():
             value = getattr(self, name)
-            if name == wanted and value is None and t != ActionType.WAIT:
-                raise ValueError(f"{t.value} needs its {name}")
-            if name != wanted and value is not None:
+            if name not in taken and value != unset:
                 raise ValueError(f"{t.value} takes no {name}")
-        if self.submit and t != ActionType.TYPE:
-            raise ValueError(f"{t.value} takes no submit flag")
-        if self.amount is not None and t != ActionType.SCROLL:
-            raise ValueError(f"{t.value} takes no amount")
+            if name in taken and taken[name].required and value is None:
+                raise ValueError(f"{t.value} needs its {name}")
         if self.element is not None and self.element < 0:
             raise ValueError("element ids are not negative")
         # An empty key or url does nothing a browser can carry out; an empty text (clearing a field) can.
@@ -131,8 +277,8 @@ class Action(BaseModel):
 
     @property
     def argument(self) -> Any:
-        """The action's one argument (text, option, key, direction, url, seconds or status), or None."""
-        field = ARGUMENT_FIELD[self.type]
+        """The action's one main argument (text, option, key, direction, url, seconds or status), or None."""
+        field = ACTION_SPACE[self.type].argument
         return getattr(self, field) if field else None
 
     def __str__(self) -> str:
@@ -153,28 +299,22 @@ def _number(value: float) -> str:
 @lru_cache(maxsize=65_536)  # Action is immutable and hashable; a corpus repeats the same few thousand actions
 def format_action(action: Action) -> str:
     """The canonical text of ``action``; ``parse_action(format_action(a)) == a`` for every valid action."""
-    t = action.type
     args: list[str] = []
     if action.element is not None:
         args.append(str(action.element))
     elif action.x is not None and action.y is not None:
         args += [f"x={_number(action.x)}", f"y={_number(action.y)}"]
-    if t == ActionType.SCROLL:
-        args.insert(0, _quote(action.direction or "down"))
-        if action.amount is not None:
-            args.insert(1, str(action.amount))
-    elif t == ActionType.WAIT:
-        if action.seconds is not None:
-            args.append(_number(action.seconds))
-    else:
-        value = action.argument
-        if value is not None:
-            # After x=, y= a positional value would not parse: name it, type(x=10, y=20, text="Paris").
-            named = f"{ARGUMENT_FIELD[t]}=" if action.x is not None else ""
-            args.append(named + _quote(str(value)))
-    if action.submit:
-        args.append("submit=true")
-    return f"{t.value}({', '.join(args)})"
+    for argument in ACTION_SPACE[action.type].arguments:
+        value = getattr(action, argument.field)
+        if value is None or value is False:
+            continue
+        if argument.kind == "flag":
+            args.append(f"{argument.field}=true")
+            continue
+        written = {"string": _quote, "integer": str, "number": _number}[argument.kind](value)
+        # After x=, y= a positional value would not parse: name it, type(x=10, y=20, text="Paris").
+        args.append(f"{argument.field}={written}" if action.x is not None else written)
+    return f"{action.type.value}({', '.join(args)})"
 
 
 def format_reply(thought: str | None, action: Action) -> str:
@@ -267,21 +407,33 @@ def _as_bool(value: Any, what: str, text: str) -> bool:
     raise ActionParseError(f"{what} must be true or false, got {value!r}", text)
 
 
+def _convert(argument: Argument, value: Any, name: str, text: str) -> Any:
+    if argument.kind == "integer":
+        return _as_int(value, argument.label, text)
+    if argument.kind == "number":
+        return _as_number(value, argument.label, text)
+    if argument.kind == "flag":
+        return _as_bool(value, argument.label, text)
+    value = _as_str(value, argument.label, text)
+    if argument.choices:
+        value = value.strip().lower()
+        if value not in argument.choices:
+            raise ActionParseError(
+                f"{name} {argument.field} must be {_either(argument.choices)}, got {value!r}", text
+            )
+    return value
+
+
 def _build(name: str, positional: list[Any], keywords: dict[str, Any], text: str) -> Action:
     try:
         action_type = ActionType(name)
     except ValueError:
         known = ", ".join(t.value for t in ActionType)
         raise ActionParseError(f"unknown action {name!r}; known actions: {known}", text) from None
+    spec = ACTION_SPACE[action_type]
     fields: dict[str, Any] = {"type": action_type}
     args = list(positional)
-
-    def take(keyword: str) -> Any:
-        if keyword in keywords:
-            return keywords.pop(keyword)
-        return args.pop(0) if args else None
-
-    if action_type in TARGETED:
+    if spec.targeted:
         if "x" in keywords or "y" in keywords:
             fields["x"] = _as_number(keywords.pop("x", None), "x", text)
             fields["y"] = _as_number(keywords.pop("y", None), "y", text)
@@ -294,50 +446,17 @@ def _build(name: str, positional: list[Any], keywords: dict[str, Any], text: str
             if raw is None:
                 raise ActionParseError(f"{name} needs a target: an element id or x=, y=", text)
             fields["element"] = _as_int(raw, "the element id", text)
-    if action_type == ActionType.TYPE:
-        value = take("text")
+    for argument in spec.arguments:  # by keyword, else the next positional value, else an alias keyword
+        value = (
+            keywords.pop(argument.field) if argument.field in keywords else (args.pop(0) if args else None)
+        )
+        for alias in argument.aliases:
+            value = keywords.pop(alias, None) if value is None else value
         if value is None:
-            raise ActionParseError("type needs the text to type", text)
-        fields["text"] = _as_str(value, "the text", text)
-        submit = take("submit")
-        if submit is not None:
-            fields["submit"] = _as_bool(submit, "submit", text)
-    elif action_type == ActionType.SELECT_OPTION:
-        value = take("option")
-        if value is None:
-            raise ActionParseError("select_option needs the option to select", text)
-        fields["option"] = _as_str(value, "the option", text)
-    elif action_type == ActionType.SCROLL:
-        value = take("direction")
-        if value is None:
-            raise ActionParseError("scroll needs a direction: up, down, left or right", text)
-        fields["direction"] = _as_str(value, "the direction", text).strip().lower()
-        if fields["direction"] not in ("up", "down", "left", "right"):
-            raise ActionParseError(
-                f"scroll direction must be up, down, left or right, got {fields['direction']!r}", text
-            )
-        amount = take("amount")
-        if amount is not None:
-            fields["amount"] = _as_int(amount, "the scroll amount", text)
-    elif action_type in (ActionType.PRESS, ActionType.GOTO, ActionType.ANSWER, ActionType.STOP):
-        field = ARGUMENT_FIELD[action_type]
-        value = take(field)
-        if value is None and action_type == ActionType.ANSWER:
-            value = keywords.pop("answer", None)
-        if value is None:
-            raise ActionParseError(f"{name} needs its {field}", text)
-        value = _as_str(value, f"the {field}", text)
-        if action_type == ActionType.STOP:
-            value = value.strip().lower()
-            if value not in ("success", "failure", "infeasible"):
-                raise ActionParseError(
-                    f"stop status must be success, failure or infeasible, got {value!r}", text
-                )
-        fields[field] = value
-    elif action_type == ActionType.WAIT:
-        seconds = take("seconds")
-        if seconds is not None:
-            fields["seconds"] = _as_number(seconds, "the seconds", text)
+            if argument.required:
+                raise ActionParseError(f"{name} needs {argument.missing}", text)
+            continue
+        fields[argument.field] = _convert(argument, value, name, text)
     if args:
         raise ActionParseError(f"{name} got surplus arguments: {', '.join(map(repr, args))}", text)
     if keywords:

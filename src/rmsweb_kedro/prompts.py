@@ -3,7 +3,7 @@
 A prompt is built from a state (a :data:`schema.STATE_SCHEMA` row as a dict), so ``sft_data``, mining, Salvage-DS,
 offline evaluation and the live :class:`agents.hf_policy.HFPolicy` all show the model the same thing:
 
-- system turn: the action space (the action forms of :mod:`rmsweb_kedro.actions`) and the reply format;
+- system turn: the action space (rendered from :data:`rmsweb_kedro.actions.ACTION_SPACE`) and the reply format;
 - user turn: the task, reflections from earlier failed attempts (when a state carries them), the last ``k``
   previous actions, the URL, and the observation: accessibility-tree text cut to a token budget and/or the
   screenshot image (``PromptConfig.observation``);
@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.actions import format_action, format_reply, parse_action
+from rmsweb_kedro.actions import ACTION_SPACE, format_action, format_reply, parse_action
 from rmsweb_kedro.schema import Observation, Step, Task
 
 ObservationPart = Literal["axtree", "screenshot"]
@@ -39,11 +39,9 @@ class PromptConfig(BaseModel):
 
 def action_space_text() -> str:
     """The system turn: the agent's role, the reply format and every action form."""
-    return (
-        "You are a web agent. Reply with 'Thought:' and one 'Action:' line.\n"
-        'Actions: click(id) type(id, "text", submit=true) select_option(id, "option") press("Enter") '
-        'scroll("down") hover(id) goto("url") go_back() wait(2) answer("text") stop("success")'
-    )
+    # A training input: the trained policy has read exactly this text (pinned in tests/foundation/test_actions.py).
+    usages = " ".join(spec.usage() for spec in ACTION_SPACE.values())
+    return f"You are a web agent. Reply with 'Thought:' and one 'Action:' line.\nActions: {usages}"
 
 
 def cut_axtree(axtree: str, max_tokens: int, tokenizer=None) -> tuple[str, bool, int]:

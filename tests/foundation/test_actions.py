@@ -1,9 +1,14 @@
 """The action space: parser tolerance and strictness, round trips, semantic equivalence."""
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
 from rmsweb_kedro.actions import (
+    ACTION_SPACE,
+    ARGUMENT_FIELD,
+    TARGETED,
     Action,
     ActionParseError,
     ActionType,
@@ -265,3 +270,38 @@ def test_student_action_space_text_is_pinned():
     from rmsweb_kedro.prompts import action_space_text
 
     assert action_space_text() == STUDENT_ACTION_SPACE_TEXT
+
+
+def _calls(prompt: str) -> dict[str, str]:
+    """``{name: call}`` for every ``name(...)`` call a prompt text shows."""
+    return {m.group(1): m.group(0) for m in re.finditer(r"\b([a-z_]+)\((?:[^()\"]|\"[^\"]*\")*\)", prompt)}
+
+
+@pytest.mark.parametrize("prompt", ["student", "teacher"])
+def test_prompt_texts_name_every_action_with_its_arguments(prompt):
+    from rmsweb_kedro.agents.openai_roles import TEACHER_SYSTEM
+    from rmsweb_kedro.prompts import action_space_text
+
+    text = action_space_text() if prompt == "student" else TEACHER_SYSTEM
+    calls = _calls(text)
+    for spec in ACTION_SPACE.values():
+        # The call the prompt shows must be a valid action of this type, once the placeholder id is an id.
+        assert spec.type.value in calls, f"the {prompt} prompt does not name {spec.type.value}"
+        action = parse_action(re.sub(r"\bid\b", "1", calls[spec.type.value]))
+        assert action.type == spec.type
+        assert (action.element is not None) == spec.targeted
+        shown = {a.field for a in spec.arguments if a.required or a.shown or prompt == "teacher"}
+        for argument in spec.arguments:
+            is_set = getattr(action, argument.field) not in (None, False)
+            assert is_set == (argument.field in shown), (prompt, spec.type.value, argument.field)
+    if prompt == "teacher":  # and says what each is for
+        for spec in ACTION_SPACE.values():
+            assert spec.purpose in text
+
+
+def test_the_table_covers_the_action_model():
+    assert set(ACTION_SPACE) == set(ActionType)
+    argument_fields = {a.field for spec in ACTION_SPACE.values() for a in spec.arguments}
+    assert argument_fields | {"type", "element", "x", "y"} == set(Action.model_fields)
+    assert TARGETED == {ActionType.CLICK, ActionType.TYPE, ActionType.SELECT_OPTION, ActionType.HOVER}
+    assert ARGUMENT_FIELD[ActionType.TYPE] == "text" and ARGUMENT_FIELD[ActionType.GO_BACK] is None

@@ -10,21 +10,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rmsweb_kedro.actions import ActionParseError, format_action, parse_reply
+from rmsweb_kedro.actions import ActionParseError, describe_actions, format_action, parse_reply
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointError, image_part, text_part
 from rmsweb_kedro.schema import JudgedBy, Observation, Step, Task, Usage, Verdict
 
 PROMPT_VERSION = "v1"
 
-TEACHER_SYSTEM = """You are a web agent. You see a web page (its accessibility tree, where interactive elements carry
+TEACHER_SYSTEM = f"""You are a web agent. You see a web page (its accessibility tree, where interactive elements carry
 ids in square brackets, and a screenshot) and act on it, one action per reply, until the task is done.
 
-Actions (one per reply):
-  click(ID)  type(ID, "text")  type(ID, "text", submit=true)  select_option(ID, "option")  hover(ID)
-  press("Enter")  scroll("down")  goto("URL")  go_back()  wait(1)
-  answer("the answer")   -- when the task asks for information, then stop
-  stop("success")        -- when the task is done (or stop("infeasible") when it cannot be done)
+Actions (one per reply; id is an element id; arguments marked optional may be left out):
+{describe_actions()}
 
 Reply exactly as:
 Thought: <one short sentence>
