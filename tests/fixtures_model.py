@@ -1,9 +1,14 @@
-"""Shared model fixtures (a saved tiny Qwen3-VL checkpoint and the states it was built on); owned by the SFT area.
+"""Shared model fixtures (saved tiny Qwen3-VL checkpoints and the states they were built on).
 
 ``tiny_states``: 120 STATE_SCHEMA rows (dicts) of a small shop-like task family, 40 tasks of 3 steps (search,
 open the named item, add it to the cart), page-order element ids written ``role "name" [id]``.
 ``tiny_checkpoint``: a directory saved once per session (tiny Qwen3-VL, tokenizer trained on those states);
 load it with ``modeling.load_model({"path": str(tiny_checkpoint)})`` or plain ``from_pretrained``.
+``screenshot_states``: the first 12 of them with a screenshot file each (PNG, 320x200, the page drawn as text).
+``released_checkpoint``: a Qwen3-VL-Instruct dir in the released layout at tiny size
+(``modeling.write_released_layout``): vision tower with deepstack layers, released image processor (16-pixel
+patches, 2x2 merge, 256x256 to 4096x4096 pixels), Qwen's added tokens, the released chat template WITHOUT
+generation markers, the released sampling defaults. Every production-path test runs on it.
 """
 
 from __future__ import annotations
@@ -93,3 +98,39 @@ def tiny_checkpoint(tmp_path_factory, tiny_states) -> Path:
     path = tmp_path_factory.mktemp("tiny_checkpoint") / "model"
     save_checkpoint(model, processor, path)
     return path
+
+
+def draw_screenshot(path: Path, text: str, shade: int = 255) -> Path:
+    """A 320x200 PNG with ``text`` drawn on a ``shade`` grey background (a stand-in for a page screenshot)."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (320, 200), (shade, shade, shade))
+    ImageDraw.Draw(image).multiline_text((8, 8), text, fill=(0, 0, 0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def screenshot_states(tmp_path_factory, tiny_states) -> list[dict]:
+    """12 states whose ``screenshot`` is a PNG of their page."""
+    root = tmp_path_factory.mktemp("screenshots")
+    return [
+        dict(state, screenshot=str(draw_screenshot(root / f"{i}.png", state["axtree"])))
+        for i, state in enumerate(tiny_states[:12])
+    ]
+
+
+@pytest.fixture(scope="session")
+def released_checkpoint(tmp_path_factory, tiny_states) -> Path:
+    """A tiny Qwen3-VL-Instruct checkpoint dir in the released layout (no generation markers in its template)."""
+    from rmsweb_kedro.modeling import write_released_layout
+    from rmsweb_kedro.prompts import PromptConfig, build_messages
+
+    corpus = [
+        part["text"]
+        for state in tiny_states
+        for message in build_messages(state, PromptConfig(), with_reference=True)[0]
+        for part in message["content"]
+    ]
+    return write_released_layout(tmp_path_factory.mktemp("released") / "Qwen3-VL-tiny-Instruct", corpus)

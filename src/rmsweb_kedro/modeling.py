@@ -58,6 +58,219 @@ CHAT_TEMPLATE = (
 )
 
 
+#: The added tokens of the released Qwen3-VL tokenizers, in their order (ids 151643-151668 there, after the BPE
+#: vocabulary); the released-layout builder appends them after its vocabulary the same way.
+QWEN_ADDED_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+]
+
+#: The chat template in the shape Qwen3-VL-*-Instruct ship (system turn first, ``Picture n:`` / ``Video n:`` vision ids,
+#: tool calls and tool responses) and, like them, WITHOUT ``{% generation %}`` markers: assistant masks cannot come
+#: from the template (``training.sft.assistant_spans`` finds them by rendering).
+RELEASED_CHAT_TEMPLATE = """\
+{%- macro render(content, vision) -%}
+{%- if content is string -%}{{- content -}}
+{%- else -%}{%- for item in content -%}
+{%- if vision and (item.type == 'image' or 'image' in item or 'image_url' in item) -%}
+{%- set image_count.value = image_count.value + 1 -%}
+{%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
+<|vision_start|><|image_pad|><|vision_end|>
+{%- elif vision and (item.type == 'video' or 'video' in item) -%}
+{%- set video_count.value = video_count.value + 1 -%}
+{%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
+<|vision_start|><|video_pad|><|vision_end|>
+{%- elif 'text' in item -%}{{- item.text -}}
+{%- endif -%}
+{%- endfor -%}{%- endif -%}
+{%- endmacro -%}
+{%- set image_count = namespace(value=0) -%}
+{%- set video_count = namespace(value=0) -%}
+{%- if tools -%}
+{{- '<|im_start|>system\\n' -}}
+{%- if messages[0].role == 'system' -%}{{- render(messages[0].content, false) + '\\n\\n' -}}{%- endif -%}
+{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' -}}
+{{- 'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' -}}
+{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}
+{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within ' -}}
+{{- '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}' -}}
+{{- '\\n</tool_call><|im_end|>\\n' -}}
+{%- elif messages[0].role == 'system' -%}
+{{- '<|im_start|>system\\n' + render(messages[0].content, false) + '<|im_end|>\\n' -}}
+{%- endif -%}
+{%- for message in messages -%}
+{%- if message.role == 'user' -%}
+{{- '<|im_start|>user\\n' + render(message.content, true) + '<|im_end|>\\n' -}}
+{%- elif message.role == 'assistant' -%}
+{{- '<|im_start|>assistant\\n' + render(message.content, false) -}}
+{%- for tool_call in message.tool_calls or [] -%}
+{%- if (loop.first and message.content) or not loop.first -%}{{- '\\n' -}}{%- endif -%}
+{%- set call = tool_call.function if tool_call.function else tool_call -%}
+{{- '<tool_call>\\n{"name": "' + call.name + '", "arguments": ' -}}
+{{- call.arguments if call.arguments is string else (call.arguments | tojson) -}}
+{{- '}\\n</tool_call>' -}}
+{%- endfor -%}
+{{- '<|im_end|>\\n' -}}
+{%- elif message.role == 'tool' -%}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
+{{- '\\n<tool_response>\\n' + render(message.content, true) + '\\n</tool_response>' -}}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}
+"""
+
+#: The released image processor: 16-pixel patches, 2x2 merge, 2 frames a temporal patch, pixel limits of
+#: 256x256 to 4096x4096 (a 1280x800 screenshot is 50 x 80 patches, 1,000 visual tokens), mean/std 0.5.
+RELEASED_IMAGE_PROCESSOR = {
+    "patch_size": 16,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+    "size": {"shortest_edge": 65_536, "longest_edge": 16_777_216},
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+}
+
+#: The released sampling defaults (generation_config.json of Qwen3-VL-*-Instruct): the policy's samplers override
+#: them with their own settings (top_k=0 etc.), and the released-layout checkpoint carries them to prove it.
+RELEASED_GENERATION = {
+    "do_sample": True,
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "top_k": 20,
+    "repetition_penalty": 1.0,
+}
+
+
+class ReleasedLayoutConfig(BaseModel):
+    """Sizes of a random Qwen3-VL-Instruct written in the released layout (:func:`write_released_layout`).
+
+    The defaults are tiny (tests); ``benchmarks/gpu_check.py`` passes the 2B sizes. The architecture keys are the
+    released ones: a vision tower with deepstack layers, interleaved M-RoPE, untied embeddings (as the 8B), a
+    vocabulary padded beyond the tokenizer (151,936 rows for 151,669 tokens in the release)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: int = Field(default=1024, description="BPE vocabulary target (added tokens come after it)")
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    tie_word_embeddings: bool = False
+    vision_depth: int = 4
+    vision_hidden_size: int = 32
+    vision_intermediate_size: int = 64
+    vision_heads: int = 2
+    deepstack_visual_indexes: list[int] = Field(default_factory=lambda: [1, 2, 3])
+    seed: int = 0
+
+
+def write_released_layout(
+    path: str | Path, corpus_texts: list[str], config: ReleasedLayoutConfig | dict[str, Any] | None = None
+) -> Path:
+    """Write a random Qwen3-VL-Instruct checkpoint dir shaped like the released ones and return its path:
+    ``config.json`` (vision tower with deepstack, M-RoPE, Qwen's token ids), a BPE tokenizer trained on
+    ``corpus_texts`` with Qwen's added tokens after the vocabulary, the released chat template (no generation
+    markers; also as ``chat_template.json``), the released image processor and generation defaults."""
+    import json
+
+    import torch
+    from transformers import (
+        GenerationConfig,
+        Qwen2VLImageProcessorPil,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+    )
+
+    config = ReleasedLayoutConfig.model_validate(config or {})
+    path = Path(path)
+    tokenizer = train_tokenizer(corpus_texts, config.vocab_size, released_layout=True)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_ADDED_TOKENS}
+    half = config.head_dim // 2  # the release's [24, 20, 20] for head_dim 128, scaled
+    mrope = [half - 2 * (half * 5 // 16), half * 5 // 16, half * 5 // 16]
+    model_config = Qwen3VLConfig(
+        text_config={
+            "vocab_size": -(-len(tokenizer) // 64) * 64,  # padded, as the release's 151,936 rows
+            "hidden_size": config.hidden_size,
+            "intermediate_size": config.intermediate_size,
+            "num_hidden_layers": config.num_hidden_layers,
+            "num_attention_heads": config.num_attention_heads,
+            "num_key_value_heads": config.num_key_value_heads,
+            "head_dim": config.head_dim,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-6,
+            "max_position_embeddings": 262_144,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "mrope_section": mrope,
+                "mrope_interleaved": True,
+            },
+            "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"],
+            "tie_word_embeddings": config.tie_word_embeddings,
+        },
+        vision_config={
+            "depth": config.vision_depth,
+            "hidden_size": config.vision_hidden_size,
+            "intermediate_size": config.vision_intermediate_size,
+            "num_heads": config.vision_heads,
+            "hidden_act": "gelu_pytorch_tanh",
+            "in_channels": 3,
+            "patch_size": RELEASED_IMAGE_PROCESSOR["patch_size"],
+            "spatial_merge_size": RELEASED_IMAGE_PROCESSOR["merge_size"],
+            "temporal_patch_size": RELEASED_IMAGE_PROCESSOR["temporal_patch_size"],
+            "out_hidden_size": config.hidden_size,
+            "num_position_embeddings": 2304,
+            "deepstack_visual_indexes": config.deepstack_visual_indexes,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=config.tie_word_embeddings,
+    )
+    torch.manual_seed(config.seed)
+    model = Qwen3VLForConditionalGeneration(model_config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids["<|endoftext|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        **RELEASED_GENERATION,
+    )
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    Qwen2VLImageProcessorPil(**RELEASED_IMAGE_PROCESSOR).save_pretrained(path)
+    (path / "chat_template.json").write_text(json.dumps({"chat_template": RELEASED_CHAT_TEMPLATE}, indent=2))
+    return path
+
+
 class LoadedModel(NamedTuple):
     """A model and its processor, as the checkpoint dataset loads and saves them."""
 
@@ -207,8 +420,12 @@ def add_lora(model, settings: LoraSettings):
     return get_peft_model(model, lora)
 
 
-def train_tokenizer(corpus_texts: list[str], vocab_size: int):
-    """A byte-level BPE tokenizer trained on ``corpus_texts``, wrapped with Qwen's specials and chat template."""
+def train_tokenizer(corpus_texts: list[str], vocab_size: int, released_layout: bool = False):
+    """A byte-level BPE tokenizer trained on ``corpus_texts``, wrapped with Qwen's specials and chat template.
+
+    The tiny default puts its 7 specials first and uses :data:`CHAT_TEMPLATE` (with generation markers);
+    ``released_layout`` appends all of :data:`QWEN_ADDED_TOKENS` after the vocabulary, pads on the right and uses
+    :data:`RELEASED_CHAT_TEMPLATE` (no markers), as the released tokenizers do."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -219,12 +436,22 @@ def train_tokenizer(corpus_texts: list[str], vocab_size: int):
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=[] if released_layout else SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     # The action space text is in every prompt; training on it gives its words single tokens.
     tokenizer.train_from_iterator([action_space_text(), *corpus_texts], trainer=trainer)
+    if released_layout:
+        tokenizer.add_special_tokens(QWEN_ADDED_TOKENS)  # ids in the release's order, after the vocabulary
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer,
+            eos_token="<|im_end|>",
+            pad_token="<|endoftext|>",
+            additional_special_tokens=QWEN_ADDED_TOKENS,
+            chat_template=RELEASED_CHAT_TEMPLATE,
+            model_max_length=262_144,
+        )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",

@@ -12,8 +12,10 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy traine
 - deterministic data order: each epoch is a permutation seeded by ``seed + epoch``, sharded across processes, so a
   resumed run sees exactly the micro-batches the interrupted one would have seen;
 - gradient accumulation (``no_sync`` on all but the last micro-batch), mixed precision (Accelerate), gradient
-  clipping, AdamW with decay on matrices only, linear warmup then cosine decay (``learning_rate_at``);
-- evaluation loss every ``eval_every`` steps (and an optional ``eval_fn`` for other metrics);
+  clipping, AdamW with decay on matrices only, linear warmup then cosine decay (``learning_rate_at``), optional
+  gradient checkpointing;
+- evaluation loss every ``eval_every`` steps, sharded across processes (and an optional ``eval_fn`` for other
+  metrics, run once: on the main process and broadcast, or on every process when the weights are sharded);
 - ``save_state`` checkpoints every ``save_every`` steps and at the end; ``resume=True`` continues from the last
   complete checkpoint (model, optimizer, RNG states, step count and metrics history, and, for a checkpoint taken
   between the mu updates of a batch, that batch as rolled out, so the remaining updates use the same samples);
@@ -22,6 +24,27 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy traine
 
 Runs in a plain ``python`` process (one CPU or GPU) or under ``accelerate launch`` (DDP, FSDP2, DeepSpeed, several
 machines) unchanged.
+
+**Loss normalisation (the contract every loss_fn follows).** An optimizer step's loss is a token mean over *every*
+micro-batch of the step on *every* process, so a token weighs the same whichever micro-batch or rank it falls in:
+
+1. ``collate`` (or ``rollout``) puts ``batch["loss_tokens"] = {name: int}`` in each micro-batch: for each term of
+   the loss, how many tokens of this micro-batch on this process it averages over (SFT: ``{"label": ...}``;
+   Salvage-DS: one count per term, e.g. completion tokens N_o and anchored action tokens N_a). Every process
+   declares the same names.
+2. Before the step's micro-batches run, the loop sums each count over the step's micro-batches and all processes
+   (one all-reduce) and hands the totals to every micro-batch as ``batch["step_tokens"] = {name: float}``.
+3. ``loss_fn`` returns its micro-batch's *share* of the step's loss: each term's sum over this micro-batch's tokens
+   divided by that term's ``step_tokens`` (a term with 0 tokens in the step is 0).
+4. The loop backpropagates ``share * num_processes`` (gradient synchronisation averages over processes, so the
+   update is the gradient of the step's token mean) and logs ``train/loss`` as the sum of the shares over
+   micro-batches and processes (the step's token-mean loss) and ``train/<name>_tokens`` as the step totals.
+
+A batch without ``loss_tokens`` (toy losses in tests) keeps the simple rule: ``loss_fn`` returns the micro-batch
+mean and micro-batches weigh equally (``loss / gradient_accumulation_steps``). Every other metric a ``loss_fn``
+returns is averaged over the step's micro-batches and over processes (every process returns the same names), so
+the history is the same on every rank. Evaluation (``evaluate``) gives each batch its own counts as
+``step_tokens`` (a batch mean) and averages the batches weighted by their samples.
 """
 
 from __future__ import annotations
@@ -72,6 +95,9 @@ class LoopConfig(BaseModel):
     betas: tuple[float, float] = (0.9, 0.95)
     max_grad_norm: float | None = 1.0
     mixed_precision: str = Field(default="no", description="'no', 'bf16' or 'fp16' (Accelerate)")
+    gradient_checkpointing: bool = Field(
+        default=False, description="recompute activations in the backward pass (memory for ~30% more compute)"
+    )
     eval_every: int = Field(default=50, ge=0, description="0: evaluate only at the end")
     max_eval_batches: int | None = None
     save_every: int = Field(default=0, ge=0, description="0: checkpoint only at the end")
@@ -234,6 +260,8 @@ def evaluate(
             batch = _to_device(collate([samples[i] for i in chunk]), accelerator.device)
             if rollout is not None:
                 batch = rollout(model, batch)
+            if "loss_tokens" in batch:  # normalise by the batch's own counts: a batch mean
+                batch["step_tokens"] = {k: float(v) for k, v in batch["loss_tokens"].items()}
             loss, metrics = loss_fn(model, batch)
             for key, value in {"loss": float(loss), **metrics}.items():
                 totals[key] = totals.get(key, 0.0) + float(value) * weight
@@ -250,6 +278,51 @@ def evaluate(
 
 def _to_device(batch: dict[str, Any], device) -> dict[str, Any]:
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
+
+
+def _step_tokens(pending: list[dict[str, Any]], accelerator) -> dict[str, float] | None:
+    """Each ``loss_tokens`` count summed over the step's micro-batches and all processes (module docstring)."""
+    import torch
+
+    names = sorted(pending[0].get("loss_tokens", {}))
+    if not names:
+        return None
+    local = [float(sum(batch["loss_tokens"][name] for batch in pending)) for name in names]
+    total = accelerator.reduce(torch.tensor(local, dtype=torch.float64, device=accelerator.device), "sum")
+    return dict(zip(names, total.tolist(), strict=True))
+
+
+def _mean_over_processes(values: dict[str, float], summed: set[str], accelerator) -> dict[str, float]:
+    """``values`` of this process, summed over processes for the keys in ``summed`` and averaged for the others."""
+    import torch
+
+    if accelerator.num_processes == 1:
+        return values
+    keys = sorted(values)
+    local = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=accelerator.device)
+    total = accelerator.reduce(local, "sum").tolist()
+    world = accelerator.num_processes
+    return {k: v if k in summed else v / world for k, v in zip(keys, total, strict=True)}
+
+
+def _sharded(accelerator) -> bool:
+    """True when no process holds all the weights (FSDP, DeepSpeed): generation then needs every process."""
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+
+
+def _run_eval_fn(eval_fn: Callable[[Any], dict[str, float]], model, accelerator) -> dict[str, float]:
+    """``eval_fn`` once: on the main process, its metrics broadcast to the others; with sharded weights on every
+    process together (each forward gathers the shards; generation is synced, see ``train_loop``)."""
+    from accelerate.utils import broadcast_object_list
+
+    unwrapped = accelerator.unwrap_model(model)
+    if _sharded(accelerator) or accelerator.num_processes == 1:
+        return eval_fn(unwrapped)
+    metrics = [eval_fn(unwrapped) if accelerator.is_main_process else None]
+    broadcast_object_list(metrics, from_process=0)
+    return metrics[0]
 
 
 def train_loop(
@@ -282,8 +355,22 @@ def train_loop(
     output_dir.mkdir(parents=True, exist_ok=True)
 
     model.train()
+    if config.gradient_checkpointing:
+        # non-reentrant checkpointing: works with frozen inputs (LoRA) and FSDP2 without enable_input_require_grads
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
     optimizer = _optimizer(model, config)
     model, optimizer = accelerator.prepare(model, optimizer)
+    if _sharded(accelerator):
+        if accelerator.distributed_type.name == "DEEPSPEED" and config.gradient_accumulation_steps > 1:
+            raise ValueError(
+                "under DeepSpeed keep loop.gradient_accumulation_steps: 1 (the engine would step every micro-batch "
+                "and rescale the loss itself); raise loop.batch_size instead"
+            )
+        # transformers turns on synced generation (synced_gpus) for modules carrying this flag (FSDP2 modules
+        # from accelerate lack it): a process that finishes its replies early keeps joining the others' forwards
+        # (each gathers the shards), instead of leaving them waiting forever.
+        accelerator.unwrap_model(model)._is_fsdp_managed_module = True
     state = _LoopState()
     accelerator.register_for_checkpointing(state)
 
@@ -341,14 +428,24 @@ def train_loop(
         sums: dict[str, float] = {}
         if pending is None:
             pending = [rolled_out(next(batches)) for _ in range(accum)]
+        step_tokens = _step_tokens(pending, accelerator)
+        # shares of the step's token mean (module docstring), or equal-weight micro-batch means
+        scale = accelerator.num_processes if step_tokens is not None else 1.0 / accum
         for micro, batch in enumerate(pending):
             window_tokens += _count_tokens(batch)
+            if step_tokens is not None:
+                batch["step_tokens"] = step_tokens
             syncing = micro == accum - 1  # all-reduce gradients only once per optimizer step
             with nullcontext() if syncing else accelerator.no_sync(model):
                 loss, metrics = loss_fn(model, batch)
-                accelerator.backward(loss / accum)
-            for key, value in {"loss": float(loss.detach()), **metrics}.items():
+                accelerator.backward(loss * scale)
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * (
+                1.0 if step_tokens else 1.0 / accum
+            )
+            for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + float(value) / accum
+        sums = _mean_over_processes(sums, {"loss"} if step_tokens is not None else set(), accelerator)
+        sums |= {f"{name}_tokens": count for name, count in (step_tokens or {}).items()}
         grad_norm = (
             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             if config.max_grad_norm
@@ -373,7 +470,7 @@ def train_loop(
             if eval_samples:
                 row.update(evaluate(model, eval_samples, collate, loss_fn, config, accelerator, rollout))
             if eval_fn is not None:
-                row.update(eval_fn(accelerator.unwrap_model(model)))
+                row.update(_run_eval_fn(eval_fn, model, accelerator))
         state.history.append(row)
         bar.update(1)
         bar.set_postfix(

@@ -1,8 +1,12 @@
 """Supervised fine-tuning: only what differs from the shared loop (the batches and the loss).
 
-Batches come from the chat template's ``{% generation %}`` markers: labels are the input ids on the assistant's
-tokens (its reply and ``<|im_end|>``) and -100 elsewhere (``loss_on="assistant"``), or on every non-padding token
-(``loss_on="all"``: the tiny default also learns from observation text, which helps it learn to copy).
+Labels are the input ids on the assistant's tokens (its reply and the end-of-turn token) and -100 elsewhere
+(``loss_on="assistant"``), or on every non-padding token (``loss_on="all"``: the tiny default also learns from
+observation text, which helps it learn to copy). The assistant's tokens are found by rendering, not by
+``{% generation %}`` markers (the released Qwen3-VL templates have none): :func:`assistant_char_spans`. Screenshots
+in the prompt go through the processor with the text, so the batch carries ``pixel_values``, ``image_grid_thw``
+and ``mm_token_type_ids`` and the loss is the policy's with the image. The loss follows the shared loop's
+normalisation contract (``training/loop.py``): a token mean over the whole optimizer step.
 
 Entry point for several processes (the ``sft`` node starts it when ``launch`` is configured)::
 
@@ -23,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.prompts import PromptConfig, build_messages
+from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths
 from rmsweb_kedro.training.loop import LoopConfig, LoopResult, train_loop
 
 logger = logging.getLogger(__name__)
@@ -43,8 +47,59 @@ class SFTConfig(BaseModel):
     accelerate_dir: str = "conf/base/accelerate"
 
 
+def assistant_char_spans(processor, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
+    """``(text, spans)``: the rendered conversation and the [start, end) characters of each assistant turn's reply,
+    from its first character to the end of its end-of-turn token (what ``{% generation %}`` would mark).
+
+    Works for any template that renders earlier turns the same whether or not later turns follow (Qwen's do): turn
+    i starts where ``messages[:i]`` rendered with the generation prompt ends, and ends where ``messages[:i + 1]``
+    ends (trailing whitespace, the newline between turns, excluded)."""
+    render = processor.apply_chat_template
+    text = render(messages, tokenize=False)
+    spans = []
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = render(messages[:index], tokenize=False, add_generation_prompt=True)
+        through = render(messages[: index + 1], tokenize=False)
+        if not (text.startswith(through) and through.startswith(before)):
+            raise ValueError(
+                f"the chat template renders the conversation before assistant turn {index} differently when later "
+                "turns follow, so its reply cannot be located; use a template whose turns render independently"
+            )
+        spans.append((len(before), len(through.rstrip())))
+    return text, spans
+
+
+def assistant_token_mask(processor, messages: list[dict[str, Any]], input_ids: list[int]) -> list[int]:
+    """1 on the tokens of ``input_ids`` (the processor's ids of ``messages``, unpadded, image pads expanded) that
+    belong to an assistant reply (:func:`assistant_char_spans`), 0 elsewhere."""
+    text, spans = assistant_char_spans(processor, messages)
+    tokenizer = processor.tokenizer
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    inside = [any(a < hi and lo < b for lo, hi in spans) for a, b in encoded["offset_mapping"]]
+    image_pad = tokenizer.convert_tokens_to_ids(processor.image_token)
+    mask: list[int] = []
+    for token, keep in zip(encoded["input_ids"], inside, strict=True):
+        position = len(mask)
+        if token == image_pad:  # the processor repeats it once per visual token of the image
+            while len(mask) < len(input_ids) and input_ids[len(mask)] == image_pad:
+                mask.append(0)
+        elif position < len(input_ids) and input_ids[position] == token:
+            mask.append(int(keep))
+        else:
+            break
+    if len(mask) != len(input_ids):
+        raise ValueError(
+            f"the processor's tokens of the conversation differ from the tokenizer's at position {len(mask)}: "
+            "cannot map the assistant spans onto the input ids"
+        )
+    return mask
+
+
 class SFTCollator:
-    """STATE rows -> a padded batch with ``labels`` (-100 where no loss is taken)."""
+    """STATE rows -> a padded batch with ``labels`` (-100 where no loss is taken), the image inputs when the prompt
+    shows screenshots, and ``loss_tokens`` (the loop's normalisation contract)."""
 
     def __init__(self, processor, prompt: PromptConfig, loss_on: str = "assistant"):
         self.processor = processor
@@ -52,35 +107,60 @@ class SFTCollator:
         self.loss_on = loss_on
 
     def __call__(self, states: list[dict[str, Any]]) -> dict[str, Any]:
-        tokenizer = self.processor.tokenizer
-        conversations = [build_messages(s, self.prompt, tokenizer, with_reference=True)[0] for s in states]
-        batch = self.processor.apply_chat_template(
-            conversations,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-            return_tensors="pt",
-            processor_kwargs={"padding": True},
-        )
-        mask = batch.pop("assistant_masks")
-        keep = mask.bool() if self.loss_on == "assistant" else batch["attention_mask"].bool()
-        batch["labels"] = batch["input_ids"].masked_fill(~keep, IGNORE_INDEX)
-        return dict(batch)
+        import torch
+        from PIL import Image
+
+        processor = self.processor
+        conversations = [
+            build_messages(s, self.prompt, processor.tokenizer, with_reference=True)[0] for s in states
+        ]
+        texts = [processor.apply_chat_template(messages, tokenize=False) for messages in conversations]
+        images = [
+            Image.open(path).convert("RGB") for messages in conversations for path in image_paths(messages)
+        ]
+        batch = dict(processor(text=texts, images=images or None, padding=True, return_tensors="pt"))
+        labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
+        for row, (state, messages) in enumerate(zip(states, conversations, strict=True)):
+            real = batch["attention_mask"][row].bool()
+            ids = batch["input_ids"][row][real]
+            if self.loss_on == "assistant":
+                try:
+                    keep = torch.tensor(
+                        assistant_token_mask(processor, messages, ids.tolist()), dtype=torch.bool
+                    )
+                except ValueError as err:
+                    raise ValueError(f"state {state.get('state_id')!r}: {err}") from None
+            else:
+                keep = torch.ones_like(ids, dtype=torch.bool)
+            if not keep[1:].any():  # the first token is never predicted
+                raise ValueError(
+                    f"state {state.get('state_id')!r}: no token to supervise (loss_on={self.loss_on!r}): its "
+                    "rendered conversation holds no assistant reply"
+                )
+            labels[row, real] = ids.masked_fill(~keep, IGNORE_INDEX)
+        batch["labels"] = labels
+        batch["loss_tokens"] = {"label": int((labels[:, 1:] != IGNORE_INDEX).sum())}
+        return batch
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
-    """The forward arguments of a batch (everything but labels)."""
-    return {k: v for k, v in batch.items() if k != "labels"}
+    """The forward arguments of a batch: its tensors but the labels (ids, masks, and image inputs)."""
+    import torch
+
+    return {k: v for k, v in batch.items() if k != "labels" and isinstance(v, torch.Tensor)}
 
 
 def sft_loss(model, batch: dict[str, Any]):
-    """Mean next-token cross-entropy over labelled tokens."""
+    """This micro-batch's share of the step's next-token cross-entropy: the sum over its labelled tokens divided
+    by the step's labelled tokens (``batch["step_tokens"]["label"]``, the loop's contract)."""
     import torch.nn.functional as F
 
     logits = model(**model_inputs(batch)).logits[:, :-1]
     labels = batch["labels"][:, 1:]
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
-    return loss, {"label_tokens": float((labels != IGNORE_INDEX).sum())}
+    total = F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return total / batch["step_tokens"]["label"], {}
 
 
 def run_sft(
