@@ -87,6 +87,13 @@ class Usage(_Record):
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
 
+    def __add__(self, other: Usage) -> Usage:
+        """The tokens of both: ``usage = usage + reply.usage`` sums an episode's or a judge's calls."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
 
 PromptSource = Literal["official", "project", "none"]
 

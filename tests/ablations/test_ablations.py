@@ -15,6 +15,7 @@ from kedro.framework.project import configure_project
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
+from rmsweb_kedro import reporting
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations import nodes
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
@@ -51,16 +52,16 @@ def test_reflection_steps_are_paired_on_tasks_both_modes_solved():
         [{"mode": m, "task_id": t, "attempt": a, "success": ok, "n_steps": n} for m, t, a, ok, n in attempts],
         schema={k: LOG_SCHEMA[k] for k in ("mode", "task_id", "attempt", "success", "n_steps")},
     )
-    steps = {r["baseline"]: r for r in report.reflection_steps(log).iter_rows(named=True)}
+    steps = {r["baseline"]: r for r in reporting.reflection_steps(log).iter_rows(named=True)}
     independent = steps["independent_retries"]
     # t1 (8 vs 12) and t2 (6 vs 6); t3 was an environment error for independent_retries: not solved.
     assert (independent["tasks"], independent["solved_both"], independent["solved_reflection"]) == (3, 2, 3)
     assert independent["steps_reflection"] == 7.0 and independent["steps_baseline"] == 9.0
     assert independent["steps_saved_pct"] == pytest.approx(100 * (1 - 7 / 9))
     assert (steps["single"]["solved_both"], steps["single"]["steps_saved_pct"]) == (1, 0.0)  # t2 only
-    claims = report.measures(pl.DataFrame({"model": [], "success_rate": []}), report.reflection_steps(log))
+    claims = report.measures(pl.DataFrame({"model": [], "success_rate": []}), reporting.reflection_steps(log))
     assert claims["reflection_steps_saved_pct"][0] == pytest.approx(independent["steps_saved_pct"])
-    lone = report.reflection_steps(log.filter(pl.col("mode") == "reflection_retries"))
+    lone = reporting.reflection_steps(log.filter(pl.col("mode") == "reflection_retries"))
     assert lone.height == 0
     empty = pl.DataFrame({"model": [], "success_rate": []})
     assert "not measured in this run" in report.measures(empty, lone)["reflection_steps_saved_pct"][1]

@@ -11,6 +11,7 @@ import yaml
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
+from rmsweb_kedro import reporting
 from rmsweb_kedro.pipelines.evaluate import nodes, report
 from rmsweb_kedro.pipelines.evaluate.pipeline import MODELS, create_pipeline
 from rmsweb_kedro.pipelines.evaluate.step_metrics import score_step
@@ -31,12 +32,12 @@ PARAMS = {
 
 
 def test_wilson_interval_matches_known_values():
-    low, high = nodes.wilson_interval(8, 10, 0.95)
+    low, high = reporting.wilson_interval(8, 10, 0.95)
     assert low == pytest.approx(0.4902, abs=1e-3) and high == pytest.approx(0.9433, abs=1e-3)
-    low, high = nodes.wilson_interval(0, 20, 0.95)
+    low, high = reporting.wilson_interval(0, 20, 0.95)
     assert low == pytest.approx(0.0, abs=1e-12) and high == pytest.approx(0.1611, abs=1e-3)
-    assert nodes.wilson_interval(0, 0) == (None, None)
-    assert nodes._normal_quantile(0.95) == pytest.approx(1.95996, abs=1e-4)
+    assert reporting.wilson_interval(0, 0) == (None, None)
+    assert reporting.z_score(0.95) == pytest.approx(1.95996, abs=1e-4)
 
 
 def _task(task_id: str, site: str, split: str) -> Task:
@@ -169,7 +170,7 @@ def test_collection_table_and_claims():
     assert rows["independent_retries"]["attempts_per_success"] == 3.0
 
     comparison = pl.DataFrame({"model": ["base", "sft", "rmsweb"], "success_rate": [0.1, 0.5, 0.55]})
-    steps = report.reflection_steps(collect_log(ATTEMPTS))
+    steps = reporting.reflection_steps(collect_log(ATTEMPTS))
     claims = report.claims_table(comparison, steps, PARAMS)
     measured = dict(zip(claims["claim"], claims["this_run"], strict=True))
     assert measured["RMSWeb beats SFT"] == pytest.approx(5.0)
@@ -179,7 +180,7 @@ def test_collection_table_and_claims():
     assert claims["within_paper_range"].to_list() == [True, True, None]
     # One mode only: the reflection claim is not measured, and the table says why.
     reflection_only = collect_log([a for a in ATTEMPTS if a[0] == "reflection_retries"])
-    lone = report.claims_table(comparison, report.reflection_steps(reflection_only), PARAMS)
+    lone = report.claims_table(comparison, reporting.reflection_steps(reflection_only), PARAMS)
     assert lone["this_run"][1] is None and "needs reflection_retries" in lone["measured_as"][1]
     assert lone["same_direction"][1] is None
     worse = report.claims_table(
@@ -248,7 +249,7 @@ def test_report_from_empty_evaluations():
     assert comparison.height == 0
     modes = report.failure_modes(predictions, online)
     collection = report.collection_table({})
-    steps = report.reflection_steps(collect_log([]))
+    steps = reporting.reflection_steps(collect_log([]))
     claims = report.claims_table(comparison, steps, PARAMS)
     assert claims["this_run"].to_list() == [None, None, None]
     for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),

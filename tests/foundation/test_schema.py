@@ -19,6 +19,7 @@ from rmsweb_kedro.schema import (
     Step,
     Task,
     Trajectory,
+    Usage,
     Verdict,
     level_for_length,
     step_row,
@@ -179,3 +180,11 @@ def test_polars_parquet_dataset_round_trips(tmp_path, name, rows):
     loaded = dataset.load()
     assert loaded.schema == schema
     assert loaded.equals(frame)
+
+
+def test_usages_add_up():
+    total = Usage()
+    for prompt, completion in ((120, 7), (80, 3)):
+        total += Usage(prompt_tokens=prompt, completion_tokens=completion)
+    assert total == Usage(prompt_tokens=200, completion_tokens=10)
+    assert Usage() + Usage() == Usage()

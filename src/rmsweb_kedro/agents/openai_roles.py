@@ -28,13 +28,6 @@ Thought: <one short sentence>
 Action: <one action>"""
 
 
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
-        completion_tokens=a.completion_tokens + b.completion_tokens,
-    )
-
-
 def action_history(steps: list[Step], limit: int | None = None) -> str:
     """Numbered canonical actions of ``steps`` (unparsed outputs and errors included), the facts a judge or a
     reflector may rely on."""
@@ -332,7 +325,7 @@ class WebJudge(EndpointJudge):
             reply = self.endpoint.complete(
                 [{"role": "user", "content": WEBJUDGE_KEY_POINTS.format(task=task.instruction)}]
             )
-            usage = _add(usage, reply.usage)
+            usage += reply.usage
             key_points = reply.text.split("Key Points", 1)[-1].lstrip("*: \n").strip() or reply.text.strip()
             scored: list[dict[str, Any]] = []
             for path in _screenshots(context):
@@ -340,7 +333,7 @@ class WebJudge(EndpointJudge):
                 image_reply = self.endpoint.complete(
                     [{"role": "user", "content": [text_part(prompt), image_part(path)]}]
                 )
-                usage = _add(usage, image_reply.usage)
+                usage += image_reply.usage
                 scored.append(
                     {
                         "screenshot": Path(path).name,
@@ -361,7 +354,7 @@ class WebJudge(EndpointJudge):
             outcome = self.endpoint.complete(
                 [{"role": "user", "content": [text_part(prompt)] + [image_part(s["path"]) for s in kept]}]
             )
-            usage = _add(usage, outcome.usage)
+            usage += outcome.usage
         except EndpointError as err:
             return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), usage
         status = re.findall(r"status\W*(success|failure)", outcome.text, flags=re.IGNORECASE)

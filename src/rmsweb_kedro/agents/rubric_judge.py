@@ -156,10 +156,7 @@ class RubricJudge(EndpointJudge):
             except EndpointError as err:
                 details = self._details(error=f"judge endpoint error: {err}")
                 return self.verdict(False, details["error"], details), usage
-            usage = Usage(
-                prompt_tokens=usage.prompt_tokens + completion.usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens + completion.usage.completion_tokens,
-            )
+            usage += completion.usage
             reply = completion.text
             try:
                 judged = parse_rubric_reply(reply, len(items))

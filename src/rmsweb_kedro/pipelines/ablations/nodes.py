@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.pipelines.evaluate.report import as_percent, figure_panels, markdown_table, with_counts
+from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
 
 
 def stage_parameters(base: dict[str, Any], *overrides: dict[str, Any]) -> dict[str, Any]:

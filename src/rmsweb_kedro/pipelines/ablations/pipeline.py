@@ -8,10 +8,9 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline, pipeline
 
+from rmsweb_kedro import reporting
 from rmsweb_kedro.pipelines import collect, mining, salvage_ds, sft, sft_data, trajectories
 from rmsweb_kedro.pipelines.ablations import nodes
-from rmsweb_kedro.pipelines.evaluate import report
-from rmsweb_kedro.pipelines.evaluate.nodes import concat_tables
 from rmsweb_kedro.pipelines.evaluate.pipeline import model_evaluation, report_nodes
 
 #: (a) Collection modes at the same attempt budget, each corpus through trajectories -> sft_data -> SFT.
@@ -178,14 +177,14 @@ def create_pipeline(**kwargs) -> Pipeline:
                     namespace=f"ablations.{REFERENCE}",
                 ),
                 Node(
-                    concat_tables,
+                    reporting.concat_tables,
                     inputs=[f"ablations.collect_{m}.collection_log" for m in COLLECTION_MODES],
                     outputs="ablations.collection_log",
                     name="gather_collection_logs",
                     namespace="ablations",
                 ),
                 Node(
-                    report.reflection_steps,
+                    reporting.reflection_steps,
                     inputs="ablations.collection_log",
                     outputs="ablations.reflection_steps",
                     name="reflection_steps",

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from rmsweb_kedro.pipelines.collect.collector import CollectParams, collect
+from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import Trajectory, tasks_from_frame, tasks_to_frame
 
 logger = logging.getLogger(__name__)
@@ -157,12 +158,7 @@ def collection_stats(collection_log: pl.DataFrame, params: dict[str, Any]) -> di
 
 def plot_collection(stats: dict[str, Any]) -> Any:
     """Yield by attempt budget, and mean steps of successful trajectories, per mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    figure, (left, right) = figure_panels(2, panel_size=(5, 4))
     modes = stats["modes"]
     for mode, summary in modes.items():
         curve = summary["yield_by_attempt"]

@@ -240,7 +240,7 @@ def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFram
     """Per benchmark: tasks, environment errors, successes (k/n) and success rate with its Wilson interval, steps
     on solved tasks, tokens and cost per task (judges' cost included)."""
     from rmsweb_kedro.pipelines.evaluate.nodes import EvaluateParams, success_summary
-    from rmsweb_kedro.pipelines.evaluate.report import with_counts
+    from rmsweb_kedro.reporting import with_counts
 
     confidence = EvaluateParams.model_validate(params).confidence
     rows = [

@@ -7,7 +7,6 @@ acted through :class:`~rmsweb_kedro.agents.hf_policy.HFPolicy`; online episodes 
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from typing import Any
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.pipelines.evaluate.step_metrics import METRICS, rates, score_step
+from rmsweb_kedro.reporting import wilson_interval
 from rmsweb_kedro.schema import draw_states
 
 logger = logging.getLogger(__name__)
@@ -101,31 +101,6 @@ class EvaluateParams(_Params):
     figures: dict[str, str] = Field(default_factory=dict)  # plot name -> file name beside the report
 
 
-# ---------------------------------------------------------------- statistics
-
-
-def _normal_quantile(confidence: float) -> float:
-    """z with P(|Z| <= z) = confidence, by bisection on erf (no scipy here)."""
-    low, high = 0.0, 10.0
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if math.erf(mid / math.sqrt(2)) < confidence else (low, mid)
-    return (low + high) / 2
-
-
-def wilson_interval(
-    successes: int, trials: int, confidence: float = 0.95
-) -> tuple[float | None, float | None]:
-    """Wilson score interval of a success rate (sound at 0 or n successes and for small n, unlike mean ± z·se)."""
-    if trials == 0:
-        return None, None
-    z = _normal_quantile(confidence)
-    p = successes / trials
-    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 # ---------------------------------------------------------------- policy
 
 
@@ -195,11 +170,6 @@ OFFLINE_PREDICTION_SCHEMA = pl.Schema(
         "parse_error": pl.String,
     }
 )
-
-
-def concat_tables(*tables: pl.DataFrame) -> pl.DataFrame:
-    """One table of the per-model tables (same schema)."""
-    return pl.concat(tables, how="vertical")
 
 
 def offline_metrics(predictions: pl.DataFrame) -> pl.DataFrame:

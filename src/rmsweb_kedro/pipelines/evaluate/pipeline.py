@@ -5,6 +5,7 @@ from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
+from rmsweb_kedro import reporting
 from rmsweb_kedro.pipelines.evaluate import live, nodes, report
 
 #: Model label -> the checkpoint dataset evaluated under it.
@@ -40,13 +41,13 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
         per_model
         + [
             Node(
-                nodes.concat_tables,
+                reporting.concat_tables,
                 inputs=[f"offline_predictions_{label}" for label in models],
                 outputs="offline_predictions",
                 name="gather_offline_predictions",
             ),
             Node(
-                nodes.concat_tables,
+                reporting.concat_tables,
                 inputs=[f"online_episodes_{label}" for label in models],
                 outputs="online_episodes",
                 name="gather_online_episodes",
@@ -121,7 +122,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     name="collection_table",
                 ),
                 Node(
-                    report.reflection_steps,
+                    reporting.reflection_steps,
                     inputs="collection_log",
                     outputs="reflection_steps",
                     name="reflection_steps",

@@ -1,5 +1,6 @@
 """The evaluation's plots and report: the comparison table, collection statistics, training curves and the
-paper's claims beside what this run measured. Plots are matplotlib figures saved by catalog datasets."""
+paper's claims beside what this run measured. Plots are matplotlib figures saved by catalog datasets; tables,
+figures and statistics are made with :mod:`rmsweb_kedro.reporting`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from rmsweb_kedro.pipelines.evaluate.nodes import EvaluateParams
+from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
 
 # ---------------------------------------------------------------- collection statistics
 
@@ -33,55 +35,6 @@ def collection_table(collection_stats: dict[str, Any]) -> pl.DataFrame:
         for mode, summary in (collection_stats or {}).get("modes", {}).items()
     ]
     return pl.DataFrame(rows, schema={"mode": pl.String, **COLLECTION_COLUMNS})
-
-
-# ---------------------------------------------------------------- reflection steps saved
-
-#: The modes reflection_retries is compared with, in order of preference: the same attempt budget R first.
-STEP_BASELINES = ("independent_retries", "single")
-
-REFLECTION_STEPS_SCHEMA = pl.Schema(
-    {
-        "baseline": pl.String,
-        "tasks": pl.Int64,  # tasks both modes attempted
-        "solved_reflection": pl.Int64,
-        "solved_baseline": pl.Int64,
-        "solved_both": pl.Int64,
-        "steps_reflection": pl.Float64,  # mean steps of the successful trajectory, over tasks both solved
-        "steps_baseline": pl.Float64,
-        "steps_saved_pct": pl.Float64,  # 100 * (1 - steps_reflection / steps_baseline)
-    }
-)
-
-
-def reflection_steps(collection_log: pl.DataFrame) -> pl.DataFrame:
-    """Steps on solved tasks, ``reflection_retries`` against each baseline mode the log holds, paired: over the
-    tasks both modes solved (a mode stops at its first verified success, so each solved task has one successful
-    trajectory per mode). Empty when the log lacks reflection_retries or every baseline."""
-
-    def per_task(mode: str) -> pl.DataFrame:
-        won = pl.col("success").fill_null(False)  # an environment error solves nothing (nor fails the agent)
-        return (
-            collection_log.filter(pl.col("mode") == mode)
-            .group_by("task_id")
-            .agg(won.any().alias("solved"), pl.col("n_steps").filter(won).first().alias("steps"))
-        )
-
-    modes = set(collection_log["mode"].unique().to_list())
-    rows = []
-    if "reflection_retries" in modes:
-        reflection = per_task("reflection_retries")
-        for baseline in (m for m in STEP_BASELINES if m in modes):
-            paired = reflection.join(per_task(baseline), on="task_id", suffix="_b")
-            both = paired.filter(pl.col("solved") & pl.col("solved_b"))
-            ours, theirs = both["steps"].mean(), both["steps_b"].mean()
-            rows.append(
-                {"baseline": baseline, "tasks": paired.height, "solved_reflection": int(paired["solved"].sum()),
-                 "solved_baseline": int(paired["solved_b"].sum()), "solved_both": both.height,
-                 "steps_reflection": ours, "steps_baseline": theirs,
-                 "steps_saved_pct": 100 * (1 - ours / theirs) if both.height and theirs else None}
-            )  # fmt: skip
-    return pl.DataFrame(rows, schema=REFLECTION_STEPS_SCHEMA)
 
 
 # ---------------------------------------------------------------- claims
@@ -141,14 +94,6 @@ def claims_table(comparison: pl.DataFrame, steps: pl.DataFrame, params: dict[str
 
 
 # ---------------------------------------------------------------- plots
-
-
-def figure_panels(ncols: int = 1):
-    """A figure with ``ncols`` panels, made without pyplot (no global state, nothing left open)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6 * ncols, 4))
-    return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
 
 
 def plot_success_vs_cost(comparison: pl.DataFrame):
@@ -270,43 +215,6 @@ def plot_training_curves(sft_metrics: Any, salvage_ds_metrics: Any):
 
 
 # ---------------------------------------------------------------- the report
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(frame: pl.DataFrame) -> str:
-    if frame.height == 0:
-        return "_(empty)_"
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * frame.width]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.iter_rows()]
-    return "\n".join(lines)
-
-
-def as_percent(frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    """Rates as % (an all-null column read back from CSV is text: cast first)."""
-    present = [c for c in columns if c in frame.columns]
-    return frame.with_columns((pl.col(c).cast(pl.Float64) * 100).round(1) for c in present)
-
-
-def with_counts(frame: pl.DataFrame) -> pl.DataFrame:
-    """A ``successes`` column ``k/n`` (successes over judged episodes) beside the rates, so every online rate
-    states its n."""
-    judged = pl.col("episodes") - pl.col("env_errors").fill_null(0)
-    wins = (pl.col("success_rate") * judged).round(0).cast(pl.Int64)
-    text = (
-        pl.when(pl.col("success_rate").is_null())
-        .then(pl.lit(None))
-        .otherwise(pl.format("{}/{}", wins, judged))
-    )
-    return frame.with_columns(text.alias("successes"))
 
 
 def online_caveat(comparison: pl.DataFrame, confidence: float) -> str:

@@ -24,6 +24,7 @@ from rmsweb_kedro.mining import (
     select_states,
     unseen_states,
 )
+from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import STATE_SCHEMA
 
 logger = logging.getLogger(__name__)
@@ -234,13 +235,8 @@ def summarize_failure_modes(
 
 def plot_failure_modes(failure_modes: pl.DataFrame):
     """A grouped bar plot of critical states per failure mode, offline and online side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     modes = [mode.value for mode in FailureMode]
-    figure, axis = plt.subplots(figsize=(9, 4))
+    figure, (axis,) = figure_panels(panel_size=(9, 4))
     width = 0.4
     for offset, source in ((-width / 2, "offline"), (width / 2, "online")):
         counts = dict(

@@ -12,6 +12,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.prompts import PromptConfig
+from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import STATE_SCHEMA
 from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import SalvageDSParams
@@ -144,14 +145,9 @@ EVAL_SERIES = ["greedy_accuracy", "competence", "valid_rate"]
 def plot_salvage_ds_metrics(metrics: pl.DataFrame):
     """A figure of the per-step metrics: group decisions, reward/competence, loss terms, entropy/clipping, and
     greedy accuracy / competence on held-out critical states and on val steps from before training (step 0)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [(title, [f"train/{n}" for n in names]) for title, names in PANELS.items()]
     panels += [(title, [f"eval/{split}/{n}" for n in EVAL_SERIES]) for title, split in EVAL_PANELS.items()]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5))
+    fig, axes = figure_panels(len(panels), panel_size=(4.5, 3.5))
     for ax, (title, columns) in zip(axes, panels, strict=True):
         for column in columns:
             if column in metrics.columns:

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import tasks_to_frame
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
 
@@ -35,15 +36,10 @@ def summarise_sandbox_tasks(tasks: pl.DataFrame) -> pl.DataFrame:
 
 def plot_sandbox_tasks(summary: pl.DataFrame) -> Any:
     """A stacked bar chart: tasks per site, coloured by split and level."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     table = summary.with_columns((pl.col("split") + "/" + pl.col("level")).alias("group"))
     sites = sorted(table["site"].unique().to_list())
     groups = sorted(table["group"].unique().to_list())
-    figure, axes = plt.subplots(figsize=(9, 4.5))
+    figure, (axes,) = figure_panels(panel_size=(9, 4.5))
     bottom = [0] * len(sites)
     for group in groups:
         counts = [

@@ -12,6 +12,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.modeling import LoadConfig, LoadedModel, TinyModelConfig
+from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import draw_states
 from rmsweb_kedro.training.sft import SFTConfig
 
@@ -198,12 +199,7 @@ def train_sft(
 
 def plot_loss_curve(history: list[dict[str, float]]):
     """Train and eval loss against optimizer steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure, (axis,) = figure_panels()
     for key, style in (("train/loss", "-"), ("eval/loss", "o-")):
         points = [(row["step"], row[key]) for row in history if key in row]
         if points:

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 from pydantic import ValidationError
 
+from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import (
     QUARANTINE_SCHEMA,
     STEP_SCHEMA,
@@ -339,13 +340,8 @@ def report_shortening(trajectories: pl.DataFrame, shortened_trajectories: pl.Dat
 
 def plot_shortening(shortening_report: pl.DataFrame) -> Any:
     """A bar chart of steps before/after shortening per site, with the share removed on top."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     per_site = shortening_report.filter(pl.col("site") != "(all)")
-    figure, axes = plt.subplots(figsize=(max(4, 1.2 * per_site.height + 2), 3.5))
+    figure, (axes,) = figure_panels(panel_size=(max(4, 1.2 * per_site.height + 2), 3.5))
     x = np.arange(per_site.height)
     axes.bar(x - 0.2, per_site["steps_before"], width=0.4, label="before")
     axes.bar(x + 0.2, per_site["steps_after"], width=0.4, label="after")
