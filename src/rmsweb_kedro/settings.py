@@ -1,6 +1,18 @@
-"""Project settings: the config loader soft-merges parameters so ``--params a.b=1`` changes one key."""
+"""Project settings: the config loader soft-merges parameters so ``--params a.b=1`` changes one key; the
+tracking hooks (``hooks.py``) wrap kedro-mlflow, whose own auto-registered hook is disabled."""
+
+import os
 
 from kedro.config import OmegaConfigLoader
+
+from rmsweb_kedro.hooks import TrackingHooks
+
+# MLflow 3 refuses its file store (mlruns/) unless this is set; conf/base/mlflow.yml says why we keep it.
+os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
+HOOKS = (TrackingHooks(),)
+# TrackingHooks calls kedro-mlflow's MlflowHook itself, only when tracking is on.
+DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)
 
 CONFIG_LOADER_CLASS = OmegaConfigLoader
 CONFIG_LOADER_ARGS = {

@@ -200,6 +200,7 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
         },
         "salvage_ds_metrics": pl.DataFrame({"step": [1, 2], "train/loss": [0.5, 0.4]}),
         "params:evaluate": PARAMS,
+        "run_manifest": None,  # as when no `kedro run` wrote one (tests/tracking covers the manifest)
     }
     # The real catalog entries of the evaluate pipeline, written under tmp_path.
     config = yaml.safe_load((REPO / "conf" / "base" / "catalog_evaluate.yml").read_text())

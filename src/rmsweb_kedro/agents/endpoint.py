@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from rmsweb_kedro.schema import Usage
 
@@ -43,6 +43,16 @@ class EndpointConfig(BaseModel):
     price_prompt_per_million: float = Field(default=0.0, ge=0)
     price_completion_per_million: float = Field(default=0.0, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+def endpoint_credentials(conf_creds: dict[str, Any]) -> dict[str, SecretStr]:
+    """The API keys of Kedro's credentials (``conf/<env>/credentials.yml``, read by the config loader), by entry
+    name: every entry ``<name>: {api_key: ...}``; other entries (e.g. MLflow's) are left out."""
+    return {
+        name: SecretStr(str(entry["api_key"]))
+        for name, entry in conf_creds.items()
+        if isinstance(entry, dict) and entry.get("api_key")
+    }
 
 
 def resolve_api_key(

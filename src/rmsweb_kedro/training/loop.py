@@ -62,6 +62,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rmsweb_kedro.tracking import log_step
+
 logger = logging.getLogger(__name__)
 
 #: ``loss_fn(model, batch) -> (scalar loss to minimise, metrics as floats)``; metrics are averaged over the
@@ -472,6 +474,8 @@ def train_loop(
             if eval_fn is not None:
                 row.update(_run_eval_fn(eval_fn, model, accelerator))
         state.history.append(row)
+        if accelerator.is_main_process:
+            log_step(row)  # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.tracking)
         bar.update(1)
         bar.set_postfix(
             {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}

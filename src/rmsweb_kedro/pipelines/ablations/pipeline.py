@@ -151,7 +151,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         report_nodes({"ablations": "ablations.report_section"}),
         namespace="ablations",
         inputs={name: name for name in ("model_comparison", "online_breakdown", "evaluation_collection_table",
-                                        "evaluation_failure_modes")} | {"reflection_steps": "ablations.reflection_steps", "ablations.report_section": "ablations.report_section"},
+                                        "evaluation_failure_modes", "run_manifest")} | {"reflection_steps": "ablations.reflection_steps", "ablations.report_section": "ablations.report_section"},
         parameters={"evaluate"},
     )  # fmt: skip
     return (

@@ -95,6 +95,7 @@ def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
                     "steps": "reflection_steps",
                     "modes": "evaluation_failure_modes",
                     "params": "params:evaluate",
+                    "manifest": "run_manifest",
                 }
                 | (extra or {}),
                 outputs="evaluation_report",

@@ -245,10 +245,14 @@ def build_report(
     steps: pl.DataFrame,
     modes: pl.DataFrame,
     params: dict[str, Any],
+    manifest: dict[str, Any] | None = None,
     ablations: str | None = None,
 ) -> str:
-    """``report.md``: what was compared and how, the tables, the figures (files beside the report); with
-    ``ablations`` (the ablations pipeline's markdown section), that section too."""
+    """``report.md``: the run manifest (``provenance.manifest_markdown``: commit, packages, seeds, checkpoints,
+    judges, hardware, MLflow run), what was compared and how, the tables, the figures (files beside the report);
+    with ``ablations`` (the ablations pipeline's markdown section), that section too."""
+    from rmsweb_kedro.provenance import manifest_markdown
+
     config = EvaluateParams.model_validate(params)
     online = config.online
     rate_columns = ["action_type_accuracy", "element_accuracy", "argument_match", "step_success_rate",
@@ -261,6 +265,7 @@ def build_report(
     figures = "\n".join(f"![{name}]({path})" for name, path in config.figures.items())
     sections = [
         "# RMSWeb evaluation report",
+        manifest_markdown(manifest),
         "Rates in %. Online success is over judged episodes (environment failures are counted apart, never as the "
         f"agent's failure); `successes` gives k/n; the interval is Wilson's at {config.confidence:.0%} over all "
         f"episodes of {online.runs} run(s); `run_std` is the spread of the per-run rates.",
