@@ -10,7 +10,8 @@ With tracking on, kedro-mlflow opens one MLflow run per ``kedro run`` and logs e
 - metrics: the numbers of the datasets named in ``tracking.metrics`` when they are saved (``tracking.py``), and
   the training loop's step metrics, live (``training/loop.py`` calls ``tracking.log_step``);
 - artifacts: every saved file of the layers in ``tracking.artifact_layers`` (plots, tables, the report), under
-  the same relative path as on disk, and ``run_manifest.json``;
+  the same relative path as on disk, and ``run_manifest.json``; Parquet tables of those layers get the manifest
+  in their file metadata first (``provenance.stamp_parquet``), with tracking on or off;
 - checkpoints by reference: path and content hash of each checkpoint read or written, as tags and in the manifest.
 
 Whether tracking is on or off, the hook writes the ``run_manifest`` dataset (``provenance.RunManifest``) before
@@ -29,7 +30,13 @@ from kedro.framework.hooks import hook_impl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro import tracking
-from rmsweb_kedro.provenance import RunManifest, checkpoint_record, mask_secrets, start_manifest
+from rmsweb_kedro.provenance import (
+    RunManifest,
+    checkpoint_record,
+    mask_secrets,
+    stamp_parquet,
+    start_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -151,13 +158,18 @@ class TrackingHooks:
     def after_dataset_saved(self, dataset_name: str, data: Any, node) -> None:
         self._record_checkpoint(dataset_name, "saved")
         self._record_judges(data)
+        dataset = self._dataset(dataset_name)
+        reporting = dataset is not None and _layer(dataset) in self._config.artifact_layers
+        path = _local_path(dataset) if reporting else None
+        if path is not None and path.suffix == ".parquet" and path.is_file() and self._manifest is not None:
+            stamp_parquet(
+                path, self._manifest
+            )  # the results table carries the manifest of the run that made it
         if not self._run_id:
             return
         if dataset_name.rsplit(".", 1)[-1] in self._config.metrics:
             tracking.log_metrics(self._run_id, self._uri, tracking.dataset_metrics(dataset_name, data))
-        dataset = self._dataset(dataset_name)
-        if dataset is not None and _layer(dataset) in self._config.artifact_layers:
-            self._log_artifact(_local_path(dataset))
+        self._log_artifact(path)
 
     @hook_impl
     def after_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:

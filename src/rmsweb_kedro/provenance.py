@@ -191,6 +191,28 @@ def start_manifest(
     )
 
 
+#: The Parquet file-metadata key holding the manifest in every reporting table the run writes.
+PARQUET_KEY = b"rmsweb_run_manifest"
+
+
+def stamp_parquet(path: str | Path, manifest: RunManifest) -> None:
+    """Write ``manifest`` (JSON) into the key-value metadata of the Parquet file at ``path``; the data, and how
+    polars reads it, are unchanged."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    metadata = dict(table.schema.metadata or {}) | {PARQUET_KEY: manifest.model_dump_json().encode()}
+    pq.write_table(table.replace_schema_metadata(metadata), path)
+
+
+def read_parquet_manifest(path: str | Path) -> RunManifest | None:
+    """The manifest :func:`stamp_parquet` wrote into a Parquet file, or None."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(PARQUET_KEY)
+    return RunManifest.model_validate_json(raw) if raw else None
+
+
 def manifest_markdown(manifest: dict[str, Any] | RunManifest | None) -> str:
     """The manifest as the report's first section (a short table, then checkpoints and judges)."""
     if manifest is None:

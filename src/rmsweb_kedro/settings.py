@@ -20,6 +20,3 @@ CONFIG_LOADER_ARGS = {
     "default_run_env": "local",
     "merge_strategy": {"parameters": "soft", "catalog": "soft"},
 }
-
-# kedro-mlflow registers its hook on install; it stays off until the project configures its tracking store.
-DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)
