@@ -7,6 +7,11 @@ Collection, evaluation and mining all run episodes through :func:`run_episode`. 
 Environment failures (an exception from the env, or an observation flagged ``env_error``: a crash, a page-load
 timeout) restart the attempt from scratch a few times; if they persist, the trajectory ends with
 ``termination="env_error"`` and no verdict, so it never counts as the agent's success or failure.
+
+Two more ends, both judged: ``time_limit`` (the attempt's wall time ran out before the next decision) and
+``critical_point`` (live sites: the next action would pay, submit personal data, send a message or make another
+irreversible change; it is recorded as the last step, not performed). Episodes are run in batches, on threads or a
+Ray cluster, by :mod:`rmsweb_kedro.rollouts`.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ import logging
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rmsweb_kedro.actions import ActionType
+from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge
 from rmsweb_kedro.schema import CollectionMode, Observation, Step, Task, Termination, Trajectory, Usage
 
@@ -61,6 +69,23 @@ def _checked(observation: Observation, doing: str) -> Observation:
     return observation
 
 
+#: ``critical(action, observation) -> reason or None``: whether performing ``action`` on this page is a critical
+#: point (see :class:`rmsweb_kedro.rollouts.CriticalPoints`).
+CriticalCheck = Callable[[Action, Observation], "str | None"]
+
+
+@dataclass
+class _Try:
+    """One try of an attempt: its steps, how it ended, the agent's usage and cost, every screenshot (absolute)."""
+
+    steps: list[Step] = field(default_factory=list)
+    termination: Termination = "max_steps"
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    screenshots: list[str] = field(default_factory=list)
+    critical_point: str | None = None
+
+
 def _play(
     env: Env,
     task: Task,
@@ -70,19 +95,24 @@ def _play(
     shots: Path,
     relative_to: Path | None,
     max_unparsed: int,
-) -> tuple[list[Step], Termination, Usage, float, list[str]]:
-    """One try: steps, termination, the agent's usage and cost, every observation's screenshot (absolute)."""
+    deadline: float | None,
+    critical: CriticalCheck | None,
+) -> _Try:
+    """One try; ``deadline`` is a ``time.monotonic()`` value (None: no wall-time limit)."""
     try:
         observation = env.reset(task, screenshot_dir=str(shots))
     except Exception as err:  # a crashed browser or server: the environment's failure, never the agent's
         raise EnvironmentFailure(f"reset: {type(err).__name__}: {err}") from err
     observation = _checked(observation, "reset")
-    steps: list[Step] = []
-    usage, cost, screenshots = Usage(), 0.0, [observation.screenshot] if observation.screenshot else []
+    run = _Try(screenshots=[observation.screenshot] if observation.screenshot else [])
+    steps = run.steps
     unparsed_in_a_row = 0
     while len(steps) < max_steps:
+        if deadline is not None and time.monotonic() > deadline:
+            run.termination = "time_limit"
+            return run
         decision = agent.act(task, observation, steps, reflections)
-        usage, cost = _add_usage(usage, decision.usage), cost + decision.cost_usd
+        run.usage, run.cost = _add_usage(run.usage, decision.usage), run.cost + decision.cost_usd
         step = Step(
             index=len(steps),
             url=observation.url,
@@ -95,30 +125,30 @@ def _play(
         )
         steps.append(step)
         if decision.fatal:
-            return steps, "model_error", usage, cost, screenshots
+            run.termination = "model_error"
+            return run
         if decision.action is None:
             unparsed_in_a_row += 1
             if unparsed_in_a_row >= max_unparsed:
-                return steps, "model_error", usage, cost, screenshots
+                run.termination = "model_error"
+                return run
             continue
         unparsed_in_a_row = 0
         if decision.action.type in (ActionType.ANSWER, ActionType.STOP):
-            return (
-                steps,
-                ("answer" if decision.action.type == ActionType.ANSWER else "stop"),
-                usage,
-                cost,
-                screenshots,
-            )
+            run.termination = "answer" if decision.action.type == ActionType.ANSWER else "stop"
+            return run
+        if critical is not None and (reason := critical(decision.action, observation)):
+            run.termination, run.critical_point = "critical_point", reason
+            return run
         try:
             observation = env.step(decision.action)
         except Exception as err:
             raise EnvironmentFailure(f"step {step.index}: {type(err).__name__}: {err}") from err
         observation = _checked(observation, f"step {step.index} {decision.action}")
         if observation.screenshot:
-            screenshots.append(observation.screenshot)
+            run.screenshots.append(observation.screenshot)
         step.error = step.error or observation.error
-    return steps, "max_steps", usage, cost, screenshots
+    return run
 
 
 def run_episode(
@@ -137,6 +167,8 @@ def run_episode(
     env_retries: int = 2,
     max_unparsed: int = 3,
     metadata: dict[str, Any] | None = None,
+    time_limit_s: float | None = None,
+    critical: CriticalCheck | None = None,
 ) -> Trajectory:
     """Run one attempt of ``agent`` on ``task`` in ``env`` and judge it.
 
@@ -146,6 +178,8 @@ def run_episode(
     on; ``max_unparsed`` of them in a row, or a role whose endpoint is down (``Decision.fatal``), end it with
     ``termination="model_error"``, judged as a failure. Environment failures restart the attempt up to
     ``env_retries`` times, then end it with ``termination="env_error"``, ``success=None`` and no verdict.
+    ``time_limit_s`` bounds the wall time of each try (checked before each decision: ``time_limit``);
+    ``critical`` stops the attempt before an action it names (``critical_point``, reason in the metadata).
     """
     reflections = list(reflections or [])
     root = Path(relative_to) if relative_to is not None else None
@@ -169,8 +203,9 @@ def run_episode(
             if shots.exists():
                 shutil.rmtree(shots)  # a restarted attempt must not keep the failed try's screenshots
             shots.mkdir(parents=True)
+            deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
             try:
-                steps, termination, usage, cost, screenshots = _play(
+                run = _play(
                     env,
                     task,
                     agent,
@@ -179,17 +214,26 @@ def run_episode(
                     shots,
                     root if temporary is None else None,
                     max_unparsed,
+                    deadline,
+                    critical,
                 )
             except EnvironmentFailure as err:
                 logger.warning("%s attempt %d: environment failure, restarting: %s", task.id, attempt, err)
                 env_errors.append(str(err))
                 continue
-            context = {"screenshots": screenshots, "session_id": getattr(env, "session_id", None), "env": env}
+            steps = run.steps
+            context = {
+                "screenshots": run.screenshots,
+                "session_id": getattr(env, "session_id", None),
+                "env": env,
+            }
             verdict, judge_usage = judge.judge(task, steps, final_answer(steps), context)
             judge_cost = getattr(judge, "cost_of", lambda _usage: 0.0)(judge_usage)
-            record.steps, record.termination, record.verdict = steps, termination, verdict
+            record.steps, record.termination, record.verdict = steps, run.termination, verdict
             record.success = verdict.success
-            record.usage, record.cost_usd = _add_usage(usage, judge_usage), cost + judge_cost
+            record.usage, record.cost_usd = _add_usage(run.usage, judge_usage), run.cost + judge_cost
+            if run.critical_point:
+                record.metadata["critical_point"] = run.critical_point
             break
         else:
             record.termination, record.success, record.verdict = "env_error", None, None

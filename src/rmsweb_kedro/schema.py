@@ -18,7 +18,11 @@ Level = Literal["easy", "medium", "hard"]
 Split = Literal["train", "val", "test"]
 JudgeKind = Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer", "none"]
 CollectionMode = Literal["single", "independent_retries", "reflection_retries", "policy", "user"]
-Termination = Literal["stop", "answer", "max_steps", "env_error", "model_error"]
+#: ``time_limit``: the attempt's wall time ran out; ``critical_point``: a live episode stopped before an irreversible
+#: step (paying, submitting personal data, sending a message), counted apart in summaries.
+Termination = Literal[
+    "stop", "answer", "max_steps", "env_error", "model_error", "time_limit", "critical_point"
+]
 
 #: Online-Mind2Web's difficulty bands by reference length (steps).
 LEVEL_BOUNDS = {"easy": (1, 5), "medium": (6, 10), "hard": (11, 10_000)}

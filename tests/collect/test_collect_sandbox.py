@@ -20,7 +20,7 @@ from rmsweb_kedro.agents.scripted import (
     TeacherImperfections,
 )
 from rmsweb_kedro.episodes import run_episode
-from rmsweb_kedro.pipelines.collect.collector import CollectParams, Journal
+from rmsweb_kedro.pipelines.collect.collector import JOURNAL_KEY, CollectParams
 from rmsweb_kedro.pipelines.collect.nodes import (
     collect_trajectories,
     collection_stats,
@@ -28,6 +28,7 @@ from rmsweb_kedro.pipelines.collect.nodes import (
     publish_raw_trajectories,
     select_collection_tasks,
 )
+from rmsweb_kedro.rollouts import Journal
 from rmsweb_kedro.schema import Trajectory, tasks_to_frame
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 
@@ -188,12 +189,12 @@ def test_kill_9_loses_only_episodes_in_flight(tmp_path):
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the collector and its Chromium children, mid-run
         process.wait()
-    kept = Journal(journal, CollectParams(**params).fingerprint()).load()
+    kept = Journal(journal, CollectParams(**params).fingerprint(), key=JOURNAL_KEY).load()
     assert 1 <= len(kept) < 3
     tasks = select_collection_tasks(tasks_to_frame(generate_tasks(SandboxParams())), params)
     log = collect_trajectories(tasks, params, 0, str(tmp_path / "raw"))
     assert log.height == 3
-    finished = Journal(journal, CollectParams(**params).fingerprint()).load()
+    finished = Journal(journal, CollectParams(**params).fingerprint(), key=JOURNAL_KEY).load()
     for key, entry in kept.items():  # nothing that finished before the kill was run again
         assert finished[key]["trajectory"]["id"] == entry["trajectory"]["id"]
     complete = []

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
-from rmsweb_kedro.pipelines.collect.collector import CollectParams, Journal
+from rmsweb_kedro.pipelines.collect.collector import JOURNAL_KEY, CollectParams
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.pipelines.collect.pipeline import create_pipeline
+from rmsweb_kedro.rollouts import Journal
 from rmsweb_kedro.schema import tasks_to_frame
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -49,9 +50,9 @@ def test_cap_keeps_every_site(sandbox_task_list):
 
 def test_journal_skips_a_torn_line_and_other_settings(tmp_path):
     path = tmp_path / "journal.jsonl"
-    journal = Journal(path, "abc")
+    journal = Journal(path, "abc", key=JOURNAL_KEY)
     journal.append({"mode": "single", "task_id": "t1", "attempt": 1, "success": True})
-    Journal(path, "other").append({"mode": "single", "task_id": "t2", "attempt": 1, "success": True})
+    Journal(path, "other", key=JOURNAL_KEY).append({"mode": "single", "task_id": "t2", "attempt": 1, "success": True})
     with path.open("a") as file:
         file.write('{"mode": "single", "task_id": "t3", "att')  # killed mid-write
     assert list(journal.load()) == [("single", "t1", 1)]

@@ -40,6 +40,7 @@ def mining_run(tmp_path_factory, tiny_states, tiny_checkpoint):
         "params:mining": params,
         "params:sft.training.prompt": {"observation": ["axtree"], "history_k": 3},
         "params:sandbox": {"seed": 0},
+        "params:rollouts": {},
     }
     for name, data in inputs.items():
         catalog[name] = MemoryDataset(data, copy_mode="assign")

@@ -9,8 +9,9 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.pipelines.collect.collector import CollectParams, collect
+from rmsweb_kedro.pipelines.collect.collector import CollectParams, collect, partition_name
 from rmsweb_kedro.reporting import figure_panels
+from rmsweb_kedro.rollouts import trajectory_row
 from rmsweb_kedro.schema import Trajectory, tasks_from_frame, tasks_to_frame
 
 logger = logging.getLogger(__name__)
@@ -53,32 +54,23 @@ def select_collection_tasks(sandbox_tasks: pl.DataFrame, params: dict[str, Any])
 
 
 def collect_trajectories(
-    tasks: pl.DataFrame, params: dict[str, Any], sandbox_seed: int, raw_root: str
+    tasks: pl.DataFrame,
+    params: dict[str, Any],
+    sandbox_seed: int,
+    raw_root: str,
+    rollouts: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
-    """Run every mode's attempts in the sandbox (resuming from the journal); one log row per attempt, failed ones
-    and environment errors included, each with its full trajectory."""
-    entries = collect(tasks_from_frame(tasks), CollectParams(**params), sandbox_seed, raw_root)
-    rows = []
-    for entry in entries:
-        trajectory = Trajectory.model_validate(entry["trajectory"])
-        rows.append(
-            {
-                "mode": trajectory.mode,
-                "task_id": trajectory.task_id,
-                "site": trajectory.site,
-                "attempt": trajectory.attempt,
-                "success": trajectory.success,
-                "termination": trajectory.termination,
-                "n_steps": len(trajectory.steps),
-                "prompt_tokens": trajectory.usage.prompt_tokens,
-                "completion_tokens": trajectory.usage.completion_tokens,
-                "cost_usd": trajectory.cost_usd,
-                "reflections_seen": len(trajectory.reflections),
-                "reflection_after": entry.get("reflection_after"),
-                "partition": entry["partition"],
-                "trajectory": json.dumps(entry["trajectory"], ensure_ascii=False),
-            }
-        )
+    """Run every mode's attempts in the sandbox (resuming from the journal) on the ``rollouts`` backend; one log
+    row per attempt, failed ones and environment errors included, each with its full trajectory."""
+    config = CollectParams(**params)
+    rows = [
+        trajectory_row(trajectory)
+        | {
+            "partition": partition_name(trajectory.mode, trajectory.task_id, trajectory.attempt),
+            "trajectory": json.dumps(trajectory.model_dump(mode="json"), ensure_ascii=False),
+        }
+        for trajectory in collect(tasks_from_frame(tasks), config, sandbox_seed, raw_root, rollouts)
+    ]
     return pl.DataFrame(rows, schema=LOG_SCHEMA)
 
 

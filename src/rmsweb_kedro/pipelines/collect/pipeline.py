@@ -22,8 +22,14 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 collect_trajectories,
-                ["collection_tasks", "params:collect", "params:sandbox.seed", "params:trajectories.raw_root"],
-                "collection_log",
+                inputs={
+                    "tasks": "collection_tasks",
+                    "params": "params:collect",
+                    "sandbox_seed": "params:sandbox.seed",
+                    "raw_root": "params:trajectories.raw_root",
+                    "rollouts": "params:rollouts",
+                },
+                outputs="collection_log",
                 name="collect_trajectories",
             ),
             Node(

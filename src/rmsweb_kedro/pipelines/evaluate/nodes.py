@@ -1,14 +1,13 @@
 """Nodes of the ``evaluate`` pipeline: offline step metrics and online success per model, the comparison table,
 the plots and the report. Models are checkpoint datasets (a directory path or a ``(model, processor)`` pair)
 acted through :class:`~rmsweb_kedro.agents.hf_policy.HFPolicy`; online episodes run in the real sandbox through
-:func:`~rmsweb_kedro.episodes.run_episode`, judged by the sandbox checker.
+:func:`~rmsweb_kedro.rollouts.run_rollouts`, judged by the sandbox checker.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import time
 from typing import Any
 
 import polars as pl
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.pipelines.evaluate.step_metrics import METRICS, rates, score_step
 from rmsweb_kedro.reporting import wilson_interval
+from rmsweb_kedro.rollouts import trajectory_row
 from rmsweb_kedro.schema import draw_states
 
 logger = logging.getLogger(__name__)
@@ -224,20 +224,19 @@ def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
 
 
 def run_online(
-    sandbox_tasks: pl.DataFrame, model: Any, params: dict[str, Any], model_name: str
+    sandbox_tasks: pl.DataFrame,
+    model: Any,
+    params: dict[str, Any],
+    model_name: str,
+    rollouts: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     """``online.runs`` runs of the model on the chosen sandbox tasks in real Chromium; one row per episode.
 
-    Episodes run on browser threads (``web.browser.run_parallel``, ``online.n_envs`` of them), so a Playwright
-    session the calling thread may hold never collides with them."""
-    import torch
-    from tqdm.auto import tqdm
-
+    Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (``online.n_envs`` browsers on the
+    ``rollouts`` backend), never on the calling thread, so a Playwright session it may hold never collides."""
     from rmsweb_kedro.agents.scripted import SandboxJudge
-    from rmsweb_kedro.episodes import run_episode
+    from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
     from rmsweb_kedro.schema import tasks_from_frame
-    from rmsweb_kedro.web.browser import BrowserConfig, run_parallel
-    from rmsweb_kedro.web.sandbox import SandboxServer
 
     config = EvaluateParams.model_validate(params)
     online = config.online
@@ -248,64 +247,60 @@ def run_online(
         logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)
         return pl.DataFrame(schema=EPISODE_SCHEMA)
     policy = load_policy(model, config, greedy=online.greedy)
-    episodes = [(run, position, task) for run in range(online.runs) for position, task in enumerate(tasks)]
-    progress = tqdm(total=len(episodes), desc=f"online {model_name}", unit="episode")
-
-    def play(env: Any, episode: tuple[int, int, Any]) -> dict[str, Any]:
-        run, position, task = episode
-        torch.manual_seed(
-            config.seed + 1000 * run + position
-        )  # sampled decoding differs by run; greedy does not
-        started = time.perf_counter()
-        trajectory = run_episode(
-            env, task, policy, judge, online.max_steps, mode="policy",
+    episodes = [
+        EpisodeSpec(
+            key=f"{model_name}/r{run}/{task.id}",
+            task=task,
+            max_steps=online.max_steps,
+            seed=config.seed + 1000 * run + position,  # sampled decoding differs by run; greedy does not
             trajectory_id=f"evaluate__{model_name}__r{run}__{task.id}",
-        )  # fmt: skip
-        progress.update()
-        return episode_row(trajectory, task, model_name, run, time.perf_counter() - started, config)
-
-    with SandboxServer(port=0, seed=online.sandbox_seed) as server:
-        judge = SandboxJudge(server.session_state)
-        browser = BrowserConfig(host_resolver_rules=server.host_resolver_rules, headless=online.headless)
-        rows = run_parallel(play, episodes, online.n_envs, browser)
-    progress.close()
-    failed = [
-        (episode, row) for episode, row in zip(episodes, rows, strict=True) if isinstance(row, BaseException)
+            metadata={"run": run},
+        )
+        for run in range(online.runs)
+        for position, task in enumerate(tasks)
     ]
-    if failed:
-        (run, _, task), error = failed[0]
-        raise RuntimeError(
-            f"online {model_name}: {len(failed)} episode(s) crashed; first: run {run}, {task.id}"
-        ) from error
+    trajectories = run_rollouts(
+        episodes,
+        Roles(agent=_seeded(policy), judge=lambda server: SandboxJudge(server.session_state)),
+        rollouts,
+        browsers=online.n_envs,
+        browser={"headless": online.headless},
+        sandbox_seed=online.sandbox_seed,
+        progress=f"online {model_name}",
+    )
+    rows = [
+        episode_row(trajectory, spec.task, model_name, spec.metadata["run"], config)
+        for spec, (trajectory,) in zip(episodes, trajectories, strict=True)
+    ]
     return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
 
 
-def episode_row(
-    trajectory: Any, task: Any, model_name: str, run: int, wall_s: float, config: EvaluateParams
-) -> dict:
+def _seeded(policy: Any) -> Any:
+    """The agent factory of ``policy``: seeds torch with the episode's seed (sampled decoding), same policy."""
+
+    def agent(seed: int) -> Any:
+        import torch
+
+        torch.manual_seed(seed)
+        return policy
+
+    return agent
+
+
+def episode_row(trajectory: Any, task: Any, model_name: str, run: int, config: EvaluateParams) -> dict:
     """The ``online_episodes`` row of one judged attempt (cost: the endpoint's, plus the cost model's)."""
     usage, cost = trajectory.usage, config.cost
     priced = (
         usage.prompt_tokens * cost.prompt_usd_per_million
         + usage.completion_tokens * cost.completion_usd_per_million
     )
-    return {
+    return trajectory_row(trajectory) | {
         "model": model_name,
         "run": run,
-        "task_id": task.id,
-        "site": task.site,
         "level": task.level,
         "split": task.split,
         "held_out": task.site in config.online.held_out_sites,
-        "success": trajectory.success,
-        "termination": trajectory.termination,
-        "n_steps": len(trajectory.steps),
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
         "cost_usd": trajectory.cost_usd + priced / 1e6,
-        "wall_s": wall_s,
-        "judge": trajectory.verdict.judge if trajectory.verdict else None,
-        "judge_reason": trajectory.verdict.reason if trajectory.verdict else None,
     }
 
 

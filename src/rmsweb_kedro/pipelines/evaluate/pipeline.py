@@ -32,7 +32,12 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
             ),
             Node(
                 _for_model(nodes.run_online, label),
-                inputs=["sandbox_tasks", dataset, "params:evaluate"],
+                inputs={
+                    "sandbox_tasks": "sandbox_tasks",
+                    "model": dataset,
+                    "params": "params:evaluate",
+                    "rollouts": "params:rollouts",
+                },
                 outputs=f"online_episodes_{label}",
                 name=f"run_online_{label}",
             ),

@@ -294,19 +294,17 @@ def probe_online(
     params: dict[str, Any],
     prompt: dict[str, Any],
     sandbox_params: dict[str, Any],
+    rollouts: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
-    reference, in the real sandbox (served with ``sandbox.seed``, the world the tasks were made for); the first
-    divergence of each failed rollout becomes a STATE row with the reference action, probed like an offline state.
-    Returns the probed states and the rollouts' counts."""
-    from tqdm.auto import tqdm
-
+    reference, in the real sandbox (served with ``sandbox.seed``, the world the tasks were made for) on the
+    ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
+    action, probed like an offline state. Returns the probed states and the rollouts' counts."""
     from rmsweb_kedro.agents.scripted import SandboxJudge
-    from rmsweb_kedro.episodes import run_episode
     from rmsweb_kedro.mining import divergence_states
+    from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts, trajectory_row
     from rmsweb_kedro.schema import tasks_from_frame
-    from rmsweb_kedro.web.browser import BrowserConfig, run_parallel
-    from rmsweb_kedro.web.sandbox import SandboxParams, SandboxServer
+    from rmsweb_kedro.web.sandbox import SandboxParams
 
     config = MiningParams.model_validate(params)
     empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **_probe_schema()}), "online")
@@ -325,33 +323,30 @@ def probe_online(
 
     tasks = random.Random(config.seed).sample(candidates, min(config.online.rollouts, len(candidates)))
     policy = load_policy(sft_model, config, prompt, greedy=True)
-    with SandboxServer(port=0, seed=SandboxParams.model_validate(sandbox_params).seed) as server:
-        judge = SandboxJudge(server.session_state)
-        browser = BrowserConfig(
-            host_resolver_rules=server.host_resolver_rules, headless=config.online.headless
+    episodes = [
+        EpisodeSpec(
+            key=task.id,
+            task=task,
+            max_steps=config.online.max_steps,
+            trajectory_id=f"mining-online__{task.id}",
         )
-        bar = tqdm(total=len(tasks), desc="policy rollouts", unit="episode")
-
-        def rollout(env, task):  # each browser thread owns its env (Playwright's sync API is per thread)
-            trajectory = run_episode(
-                env, task, policy, judge, config.online.max_steps, mode="policy",
-                trajectory_id=f"mining-online__{task.id}",
-            )  # fmt: skip
-            bar.update(1)
-            return trajectory
-
-        results = run_parallel(rollout, tasks, config.online.envs, browser)
-        bar.close()
-    for task, result in zip(tasks, results, strict=True):
-        if isinstance(result, BaseException):
-            raise RuntimeError(f"online rollout on task {task.id} failed: {result}") from result
-    rollouts = results
-    states, counts = divergence_states(rollouts, {t.id: t for t in tasks}, references)
+        for task in tasks
+    ]
+    trajectories = [
+        trajectory
+        for (trajectory,) in run_rollouts(
+            episodes,
+            Roles(agent=lambda _seed: policy, judge=lambda server: SandboxJudge(server.session_state)),
+            rollouts,
+            browsers=config.online.envs,
+            browser={"headless": config.online.headless},
+            sandbox_seed=SandboxParams.model_validate(sandbox_params).seed,
+            progress="policy rollouts",
+        )
+    ]
+    states, counts = divergence_states(trajectories, {t.id: t for t in tasks}, references)
     probed = _with_mining_columns(probe_states(policy, states, config), "online") if states.height else empty
-    per_rollout = [
-        {"trajectory_id": r.id, "task_id": r.task_id, "success": r.success, "termination": r.termination,
-         "n_steps": len(r.steps)}
-        for r in rollouts
-    ]  # fmt: skip
+    columns = ("trajectory_id", "task_id", "success", "termination", "n_steps")
+    per_rollout = [{k: v for k, v in trajectory_row(r).items() if k in columns} for r in trajectories]
     logger.info("online probing: %s", counts)
     return probed, {**counts, "episodes": per_rollout}

@@ -22,14 +22,15 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.probe_online,
-                inputs=[
-                    "sandbox_tasks",
-                    "sft_states_train",
-                    "sft_model",
-                    "params:mining",
-                    "params:sft.training.prompt",
-                    "params:sandbox",
-                ],
+                inputs={
+                    "sandbox_tasks": "sandbox_tasks",
+                    "references": "sft_states_train",
+                    "sft_model": "sft_model",
+                    "params": "params:mining",
+                    "prompt": "params:sft.training.prompt",
+                    "sandbox_params": "params:sandbox",
+                    "rollouts": "params:rollouts",
+                },
                 outputs=["mining_online_probes", "mining_online_rollouts"],
                 name="probe_online",
             ),

@@ -1,0 +1,662 @@
+"""The one way episodes run: tasks x agent x judge on a backend (browser threads here, or actors on a Ray cluster).
+
+Collection, evaluate's online episodes, mining's online probes, ``live`` and the sandbox ``solve`` command all
+call :func:`run_rollouts`. The caller says *what* to run (a list of :class:`EpisodeSpec`, or :class:`Attempts`
+chains whose next attempt depends on the last: retries, reflections) and *who* acts and judges (:class:`Roles`,
+factories built where the browser lives). This module owns the rest:
+
+- the sandbox server's lifetime (when ``sandbox_seed`` is given), and the :class:`BrowserConfig` pointing at it;
+- environment errors, retried apart from task failures: inside an episode (a crashed Chromium, a page that does not
+  load: ``episodes.run_episode``) and around it (a Ray actor or node that dies mid-episode, an episode past its
+  hard time limit). After ``env_retries`` the episode ends ``termination="env_error"``, ``success=None``, never
+  counted as the agent's success or failure;
+- the per-episode wall-time limit (:attr:`RolloutConfig.episode_time_limit_s`);
+- the :class:`Journal`: every finished episode is appended (fsync'd) by the driver as it arrives, so a killed run
+  loses only the episodes in flight and a re-run with the same fingerprint resumes;
+- progress (a tqdm bar with the outcome tally) and the trajectory rows (:func:`trajectory_row`).
+
+Invariant: each episode key is journaled at most once per fingerprint, and every finished episode is in the result
+exactly once, whichever backend ran it and however many workers died on the way.
+
+Backends (``params:rollouts``, conf/base/parameters_rollouts.yml): ``threads`` runs N browser threads in this
+process (Playwright's sync API belongs to its thread); ``ray`` runs one actor per browser, each owning its Chromium
+and, for sandbox tasks, a sandbox server of its own; results stream back to the driver, which journals them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rmsweb_kedro.actions import Action, ActionType
+from rmsweb_kedro.agents.base import Agent, Judge, Reflector
+from rmsweb_kedro.schema import CollectionMode, Observation, Task, Trajectory, Usage
+
+logger = logging.getLogger(__name__)
+
+#: An episode in flight when its Ray actor is killed for running too long gets this much time beyond its wall-time
+#: limit (a step's own timeouts: navigation 15 s, actions 5 s, a slow model reply).
+HANG_GRACE_S = 120.0
+
+
+class RolloutConfig(BaseModel):
+    """``params:rollouts`` (conf/base/parameters_rollouts.yml): where episodes run, shared by collect, evaluate,
+    mining and live."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["threads", "ray"] = "threads"
+    #: ray: a running cluster's address (``auto``: the one ``ray start`` made on this machine); null starts a
+    #: local Ray inside this process (tests, one machine).
+    address: str | None = None
+    num_cpus: int | None = Field(default=None, ge=1, description="local Ray only: CPUs it may use")
+    object_store_mb: int | None = Field(default=None, ge=75, description="local Ray only: object store size")
+    cpus_per_browser: float = Field(default=1.0, gt=0, description="ray: CPUs reserved by each browser actor")
+    #: Wall time of one try of an episode (checked before each decision; ``time_limit``); null: none. On Ray an
+    #: actor still busy ``HANG_GRACE_S`` past it is killed and the episode retried as an environment error.
+    episode_time_limit_s: float | None = Field(default=None, gt=0)
+
+
+# ---------------------------------------------------------------- critical points
+
+
+class CriticalPoints(BaseModel):
+    """Live sites: the steps an agent must not take on its own (pay, place an order, submit personal data, send a
+    message, delete, book), the convention of current web-agent benchmarks. An episode stops *before* such a step
+    with ``termination="critical_point"``; the step is recorded (not performed) and the reason is in the metadata.
+
+    A step is critical when it clicks an element whose accessible name contains one of ``commit_words`` (whole
+    words, any case), or submits a form (``type(..., submit=True)``, pressing Enter) on a page that has such an
+    element or a field named by ``personal_data_words``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    commit_words: list[str] = Field(
+        default_factory=lambda: [
+            "pay", "pay now", "place order", "confirm order", "submit order", "complete order", "buy",
+            "buy now", "purchase", "complete purchase", "checkout and pay", "send", "send message", "post",
+            "publish", "submit", "delete", "remove account", "book now", "confirm booking", "reserve",
+            "subscribe", "sign up", "register", "donate", "transfer",
+        ]
+    )  # fmt: skip
+    personal_data_words: list[str] = Field(
+        default_factory=lambda: [
+            "card number", "credit card", "cvv", "cvc", "password", "social security", "passport", "iban",
+            "phone", "date of birth",
+        ]
+    )  # fmt: skip
+
+    def _pattern(self, words: list[str]) -> re.Pattern[str]:
+        alternatives = "|".join(re.escape(w.lower()).replace(r"\ ", r"\s+") for w in words)
+        return re.compile(rf"\b(?:{alternatives})\b")
+
+    def __call__(self, action: Action, observation: Observation) -> str | None:
+        """Why ``action`` on this page is a critical point, or None."""
+        if not self.enabled:
+            return None
+        commit, personal = self._pattern(self.commit_words), self._pattern(self.personal_data_words)
+        if action.type == ActionType.CLICK:
+            element = _target(action, observation)
+            if element is not None and commit.search(element.name.lower()):
+                return f'clicking {element.role} "{element.name}" would commit an irreversible change'
+            return None
+        submits = (action.type == ActionType.TYPE and action.submit) or (
+            action.type == ActionType.PRESS and (action.key or "").lower() == "enter"
+        )
+        if not submits:
+            return None
+        for element in observation.elements:
+            if element.role == "button" and commit.search(element.name.lower()):
+                return f'submitting a form on a page with {element.role} "{element.name}"'
+            if element.role == "textbox" and personal.search(element.name.lower()):
+                return f'submitting a form with personal data ("{element.name}")'
+        return None
+
+
+def _target(action: Action, observation: Observation) -> Any:
+    """The observation's element an action targets: by id, or the smallest one containing its point."""
+    if action.element is not None:
+        return next((e for e in observation.elements if e.id == action.element), None)
+    inside = [
+        e
+        for e in observation.elements
+        if e.bbox
+        and e.bbox[0] <= action.x <= e.bbox[0] + e.bbox[2]
+        and e.bbox[1] <= action.y <= e.bbox[1] + e.bbox[3]
+    ]
+    return min(inside, key=lambda e: e.bbox[2] * e.bbox[3], default=None)
+
+
+# ---------------------------------------------------------------- what runs
+
+
+@dataclass
+class EpisodeSpec:
+    """One episode to run. ``key`` identifies it in the journal (unique in a run); ``seed`` is the agent
+    factory's argument; ``screenshot_dir``/``relative_to`` as in ``episodes.run_episode`` (on a cluster: a
+    filesystem every node shares); ``reflect``: after a failed attempt the reflector writes a reflection
+    (``metadata["reflection_after"]``) that an :class:`Attempts` chain passes to the next attempt."""
+
+    key: str
+    task: Task
+    max_steps: int
+    seed: int = 0
+    attempt: int = 1
+    mode: CollectionMode = "policy"
+    reflections: list[str] = field(default_factory=list)
+    trajectory_id: str | None = None
+    screenshot_dir: str | None = None
+    relative_to: str | None = None
+    reflect: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def identity(self) -> dict[str, Any]:
+        """The fields a journal entry is found by."""
+        return {"key": self.key, "mode": self.mode, "task_id": self.task.id, "attempt": self.attempt}
+
+
+@dataclass
+class Attempts:
+    """Up to ``budget`` attempts of one task, stopping at the first verified success: ``make(attempt,
+    reflections)`` gives attempt k's spec, ``reflections`` being those written after the failed attempts before
+    it. A single episode is ``Attempts.of(spec)``."""
+
+    make: Callable[[int, list[str]], EpisodeSpec]
+    budget: int = 1
+
+    @classmethod
+    def of(cls, spec: EpisodeSpec) -> Attempts:
+        return cls(lambda _attempt, _reflections: spec, 1)
+
+    def next(self, finished: list[Trajectory]) -> EpisodeSpec | None:
+        if finished and (finished[-1].success or len(finished) >= self.budget):
+            return None
+        reflections = [t.metadata["reflection_after"] for t in finished if t.metadata.get("reflection_after")]
+        return self.make(len(finished) + 1, reflections)
+
+
+@dataclass
+class Roles:
+    """Who acts, judges and reflects, as factories called where the browser lives (a thread, or a Ray actor:
+    there they must pickle). ``agent(seed)`` is called once per episode; ``judge(server)`` and ``reflector()``
+    once per browser (``server``: the :class:`SandboxServer` of sandbox tasks, else None)."""
+
+    agent: Callable[[int], Agent]
+    judge: Callable[[Any], Judge]
+    reflector: Callable[[], Reflector] | None = None
+
+
+@dataclass
+class EpisodeSettings:
+    """How every episode of a run is played (``episodes.run_episode``'s knobs)."""
+
+    env_retries: int = 2
+    max_unparsed: int = 3
+    time_limit_s: float | None = None
+    critical: CriticalPoints | None = None
+
+
+# ---------------------------------------------------------------- the journal
+
+
+class Journal:
+    """Append-only JSON lines of finished episodes, found by the ``key`` fields of each entry; entries written
+    under another ``fingerprint`` (other settings) are ignored, and a torn last line (killed mid-write) is skipped
+    on load."""
+
+    def __init__(self, path: str | Path, fingerprint: str, key: tuple[str, ...] = ("key",)):
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.key = key
+        self._lock = threading.Lock()
+
+    def key_of(self, entry: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(entry[name] for name in self.key)
+
+    def load(self) -> dict[tuple[Any, ...], dict[str, Any]]:
+        entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+        if not self.path.exists():
+            return entries
+        with self.path.open("rb+") as file:  # a line torn by a kill must not swallow the next entry
+            if file.seek(0, os.SEEK_END) and (file.seek(-1, os.SEEK_END), file.read(1))[1] != b"\n":
+                file.write(b"\n")
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                logger.warning(
+                    "%s line %d: torn entry (an episode in flight when the run stopped); redone",
+                    self.path,
+                    number,
+                )
+                continue
+            if entry.get("fingerprint") == self.fingerprint:
+                entries[self.key_of(entry)] = entry
+        return entries
+
+    def append(self, entry: dict[str, Any]) -> None:
+        line = json.dumps({**entry, "fingerprint": self.fingerprint}, ensure_ascii=False) + "\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as file:
+                file.write(line)
+                file.flush()
+                os.fsync(file.fileno())
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    """A short hash of what decides an episode's outcome: journal entries with another one are not reused."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------- one browser
+
+
+class EpisodeWorker:
+    """One browser running episodes one at a time, with the sandbox server of sandbox tasks (``server``, shared
+    by the threads of this process; ``sandbox_seed`` alone: its own, as each Ray actor starts). The BrowserEnv is
+    created here, so construct and use a worker in one thread."""
+
+    def __init__(
+        self,
+        roles: Roles,
+        browser: Any,
+        settings: EpisodeSettings,
+        sandbox_seed: int | None = None,
+        server: Any = None,
+    ):
+        from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv
+
+        self.roles, self.settings = roles, settings
+        self._own_server = server is None and sandbox_seed is not None
+        if self._own_server:
+            from rmsweb_kedro.web.sandbox import SandboxServer
+
+            server = SandboxServer(port=0, seed=sandbox_seed).start()
+        self.server = server
+        config = BrowserConfig.model_validate(browser or {})
+        if server is not None:
+            config = config.model_copy(update={"host_resolver_rules": server.host_resolver_rules})
+        self.env = BrowserEnv(config)
+        self.judge = roles.judge(server)
+        self.reflector = roles.reflector() if roles.reflector is not None else None
+
+    def ready(self) -> int:
+        """This worker's process id (a Ray actor answers once it is constructed)."""
+        return os.getpid()
+
+    def run(self, spec: EpisodeSpec) -> Trajectory:
+        from rmsweb_kedro.episodes import final_answer, run_episode
+
+        started = time.perf_counter()
+        trajectory = run_episode(
+            self.env,
+            spec.task,
+            self.roles.agent(spec.seed),
+            self.judge,
+            spec.max_steps,
+            spec.reflections,
+            attempt=spec.attempt,
+            mode=spec.mode,
+            trajectory_id=spec.trajectory_id,
+            screenshot_dir=spec.screenshot_dir,
+            relative_to=spec.relative_to,
+            env_retries=self.settings.env_retries,
+            max_unparsed=self.settings.max_unparsed,
+            metadata=spec.metadata,
+            time_limit_s=self.settings.time_limit_s,
+            critical=self.settings.critical,
+        )
+        trajectory.metadata["wall_s"] = time.perf_counter() - started
+        if spec.reflect and trajectory.success is False and self.reflector is not None:
+            text, usage = self.reflector.reflect(
+                spec.task, trajectory.steps, trajectory.verdict, final_answer(trajectory.steps)
+            )
+            trajectory.metadata["reflection_after"] = text
+            trajectory.metadata["reflector"] = getattr(self.reflector, "name", type(self.reflector).__name__)
+            trajectory.usage = Usage(
+                prompt_tokens=trajectory.usage.prompt_tokens + usage.prompt_tokens,
+                completion_tokens=trajectory.usage.completion_tokens + usage.completion_tokens,
+            )
+            trajectory.cost_usd += getattr(self.reflector, "cost_of", lambda _usage: 0.0)(usage)
+        return trajectory
+
+    def close(self) -> None:
+        self.env.close()
+        if self._own_server:
+            self.server.stop()
+
+
+# ---------------------------------------------------------------- backends
+
+
+@dataclass
+class _Lost:
+    """The worker running an episode died or hung: an environment error of that episode."""
+
+    reason: str
+
+
+class _ThreadPool:
+    """N browser threads in this process sharing one sandbox server."""
+
+    def __init__(
+        self, n: int, roles: Roles, browser: Any, settings: EpisodeSettings, sandbox_seed: int | None
+    ):
+        self._server = None
+        if sandbox_seed is not None:
+            from rmsweb_kedro.web.sandbox import SandboxServer
+
+            self._server = SandboxServer(port=0, seed=sandbox_seed).start()
+        self._jobs: queue.Queue[tuple[int, EpisodeSpec] | None] = queue.Queue()
+        self._results: queue.Queue[tuple[int, Any]] = queue.Queue()
+        self.free = n
+        self._threads = [
+            threading.Thread(
+                target=self._serve, args=(roles, browser, settings), name=f"browser-env-{i}", daemon=True
+            )
+            for i in range(n)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self, roles: Roles, browser: Any, settings: EpisodeSettings) -> None:
+        worker = None
+        try:
+            worker = EpisodeWorker(roles, browser, settings, server=self._server)
+            while (job := self._jobs.get()) is not None:
+                ticket, spec = job
+                try:
+                    self._results.put((ticket, worker.run(spec)))
+                except Exception as err:  # a bug in a role or the caller: recorded, the other episodes go on
+                    logger.exception("episode %s failed", spec.key)
+                    self._results.put((ticket, err))
+        except Exception as err:  # the worker could not be built: its jobs fail, reported by the driver
+            logger.exception("a browser worker could not start")
+            while (job := self._jobs.get()) is not None:
+                self._results.put((job[0], err))
+        finally:
+            if worker is not None:
+                worker.close()
+
+    def submit(self, ticket: int, spec: EpisodeSpec) -> None:
+        self.free -= 1
+        self._jobs.put((ticket, spec))
+
+    def next_result(self) -> tuple[int, Any]:
+        ticket, outcome = self._results.get()
+        self.free += 1
+        return ticket, outcome
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        if self._server is not None:
+            self._server.stop()
+
+
+class _RayPool:
+    """One Ray actor per browser (each with its Chromium and, for sandbox tasks, its own sandbox server); an actor
+    that dies is replaced and its episode comes back as :class:`_Lost`."""
+
+    def __init__(
+        self,
+        n: int,
+        roles: Roles,
+        browser: Any,
+        settings: EpisodeSettings,
+        sandbox_seed: int | None,
+        config: RolloutConfig,
+    ):
+        import ray
+
+        self._ray = ray
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            local = config.address is None
+            ray.init(
+                address=config.address,
+                num_cpus=config.num_cpus if local else None,
+                object_store_memory=config.object_store_mb * 2**20
+                if local and config.object_store_mb
+                else None,
+                include_dashboard=False,
+                log_to_driver=True,
+            )
+        self._hard_limit = (
+            None
+            if settings.time_limit_s is None
+            else (settings.time_limit_s + HANG_GRACE_S) * (settings.env_retries + 1)
+        )
+        self._make = lambda: (
+            ray.remote(EpisodeWorker)
+            .options(num_cpus=config.cpus_per_browser, max_restarts=0, max_concurrency=1)
+            .remote(roles, browser, settings, sandbox_seed)
+        )
+        actors = [self._make() for _ in range(n)]
+        ray.get(
+            [actor.ready.remote() for actor in actors]
+        )  # a role or browser that cannot be built fails here
+        self._free = deque(actors)
+        self._in_flight: dict[Any, tuple[Any, int, float]] = {}
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def submit(self, ticket: int, spec: EpisodeSpec) -> None:
+        actor = self._free.popleft()
+        self._in_flight[actor.run.remote(spec)] = (actor, ticket, time.monotonic())
+
+    def next_result(self) -> tuple[int, Any]:
+        ray = self._ray
+        while True:
+            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=1.0)
+            if ready:
+                actor, ticket, _ = self._in_flight.pop(ready[0])
+                try:
+                    outcome = ray.get(ready[0])
+                except ray.exceptions.RayTaskError as err:  # the episode's own code raised
+                    self._free.append(actor)
+                    return ticket, err.as_instanceof_cause()
+                except ray.exceptions.RayError as err:  # the actor, its process or its node died
+                    logger.warning("browser actor lost mid-episode (%s); replacing it", type(err).__name__)
+                    self._free.append(self._make())
+                    return ticket, _Lost(f"the browser actor died mid-episode ({type(err).__name__})")
+                self._free.append(actor)
+                return ticket, outcome
+            if self._hard_limit is not None:
+                for ref, (actor, ticket, started) in list(self._in_flight.items()):
+                    if time.monotonic() - started > self._hard_limit:
+                        del self._in_flight[ref]
+                        ray.kill(actor)
+                        self._free.append(self._make())
+                        return ticket, _Lost(
+                            f"the episode ran past its hard limit of {self._hard_limit:.0f} s"
+                        )
+
+    def close(self) -> None:
+        ray = self._ray
+        actors = list(self._free) + [actor for actor, _, _ in self._in_flight.values()]
+        try:
+            ray.get([actor.close.remote() for actor in actors], timeout=60)
+        except Exception as err:  # an actor that cannot close cleanly is killed below anyway
+            logger.debug("closing browser actors: %s", err)
+        for actor in actors:
+            ray.kill(actor)
+        if self._owns_ray:
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------- the driver
+
+
+class RolloutError(RuntimeError):
+    """Episodes whose own code raised (a bug in a role, not an environment error); the others were journaled."""
+
+
+def run_rollouts(
+    items: Sequence[EpisodeSpec | Attempts],
+    roles: Roles,
+    config: RolloutConfig | dict[str, Any] | None = None,
+    *,
+    browsers: int = 1,
+    browser: Any = None,
+    sandbox_seed: int | None = None,
+    journal: Journal | None = None,
+    settings: EpisodeSettings | None = None,
+    progress: str | None = "episodes",
+) -> list[list[Trajectory]]:
+    """Run every item's episodes on ``browsers`` browsers; returns, per item, its trajectories in attempt order
+    (journaled ones included, so a resumed run returns what a fresh one would).
+
+    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the tasks are sandbox tasks, served
+    with this world seed. ``progress``: the bar's label (None: no bar). Raises :class:`RolloutError` after the
+    run when an episode's code raised (the other episodes finished and were journaled)."""
+    from tqdm.auto import tqdm
+
+    config = RolloutConfig.model_validate(config or {})
+    settings = settings or EpisodeSettings()
+    if config.episode_time_limit_s is not None and settings.time_limit_s is None:
+        settings = EpisodeSettings(**{**settings.__dict__, "time_limit_s": config.episode_time_limit_s})
+    chains = [item if isinstance(item, Attempts) else Attempts.of(item) for item in items]
+    done = journal.load() if journal is not None else {}
+    results: list[list[Trajectory]] = [[] for _ in chains]
+    waiting: deque[tuple[int, EpisodeSpec, list[str]]] = deque()
+    tally: Counter[str] = Counter()
+    bar = tqdm(total=len(chains), desc=progress, unit="task", disable=progress is None)
+    resumed = 0
+
+    def advance(index: int) -> None:
+        nonlocal resumed
+        while (spec := chains[index].next(results[index])) is not None:
+            entry = done.get(journal.key_of(spec.identity())) if journal is not None else None
+            if entry is None:
+                waiting.append((index, spec, []))
+                return
+            results[index].append(Trajectory.model_validate(entry["trajectory"]))
+            resumed += 1
+        bar.update(1)
+
+    for index in range(len(chains)):
+        advance(index)
+    if resumed:
+        logger.info("%s: %d episodes already in %s", progress or "rollouts", resumed, journal.path)
+    failures: list[tuple[EpisodeSpec, BaseException]] = []
+    if waiting:
+        n = max(1, min(browsers, len(waiting)))
+        pool: Any = (
+            _RayPool(n, roles, browser, settings, sandbox_seed, config)
+            if config.backend == "ray"
+            else _ThreadPool(n, roles, browser, settings, sandbox_seed)
+        )
+        tickets: dict[int, tuple[int, EpisodeSpec, list[str]]] = {}
+        numbers = itertools.count()
+        try:
+            while waiting or tickets:
+                while waiting and pool.free:
+                    ticket = next(numbers)
+                    tickets[ticket] = waiting.popleft()
+                    pool.submit(ticket, tickets[ticket][1])
+                ticket, outcome = pool.next_result()
+                index, spec, lost = tickets.pop(ticket)
+                if isinstance(outcome, _Lost):
+                    lost = [*lost, outcome.reason]
+                    if len(lost) <= settings.env_retries:
+                        waiting.appendleft((index, spec, lost))
+                        continue
+                    outcome = _env_error(spec, lost)
+                elif isinstance(outcome, BaseException):
+                    failures.append((spec, outcome))
+                    bar.update(1)
+                    continue
+                if lost:
+                    outcome.metadata["env_errors"] = lost + outcome.metadata.get("env_errors", [])
+                record = {**spec.identity(), "success": outcome.success, "termination": outcome.termination,
+                          "trajectory": outcome.model_dump(mode="json")}  # fmt: skip
+                if journal is not None:
+                    journal.append(record)
+                # the journal's JSON round trip, so a fresh run returns exactly what a resumed one reads back
+                results[index].append(Trajectory.model_validate(record["trajectory"]))
+                tally[_outcome(outcome)] += 1
+                bar.set_postfix(tally)
+                advance(index)
+        finally:
+            pool.close()
+            bar.close()
+    else:
+        bar.close()
+    if failures:
+        spec, error = failures[0]
+        raise RolloutError(
+            f"{len(failures)} episode(s) raised instead of finishing; first: {spec.key}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    return results
+
+
+def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
+    """The record of an episode whose worker kept dying: no steps, no verdict."""
+    return Trajectory(
+        id=spec.trajectory_id or f"{spec.task.id}__{spec.mode}__a{spec.attempt}",
+        task_id=spec.task.id,
+        site=spec.task.site,
+        instruction=spec.task.instruction,
+        attempt=spec.attempt,
+        mode=spec.mode,
+        reflections=list(spec.reflections),
+        steps=[],
+        termination="env_error",
+        metadata={**spec.metadata, "env_errors": errors},
+    )
+
+
+def _outcome(trajectory: Trajectory) -> str:
+    if trajectory.termination in ("env_error", "critical_point"):
+        return trajectory.termination
+    return "success" if trajectory.success else "failure"
+
+
+# ---------------------------------------------------------------- rows
+
+
+def trajectory_row(trajectory: Trajectory) -> dict[str, Any]:
+    """The columns every episode table shares (collection_log, online_episodes, live_results, mining's rollouts);
+    each table keeps the ones its schema names and adds its own."""
+    verdict = trajectory.verdict
+    return {
+        "trajectory_id": trajectory.id,
+        "task_id": trajectory.task_id,
+        "site": trajectory.site,
+        "mode": trajectory.mode,
+        "attempt": trajectory.attempt,
+        "success": trajectory.success,
+        "termination": trajectory.termination,
+        "n_steps": len(trajectory.steps),
+        "prompt_tokens": trajectory.usage.prompt_tokens,
+        "completion_tokens": trajectory.usage.completion_tokens,
+        "cost_usd": trajectory.cost_usd,
+        "wall_s": trajectory.metadata.get("wall_s", 0.0),
+        "reflections_seen": len(trajectory.reflections),
+        "reflection_after": trajectory.metadata.get("reflection_after"),
+        "judge": verdict.judge if verdict else None,
+        "judge_reason": verdict.reason if verdict else None,
+        "critical_point": trajectory.metadata.get("critical_point"),
+    }
