@@ -95,15 +95,16 @@ def _play(
     shots: Path,
     relative_to: Path | None,
     max_unparsed: int,
-    deadline: float | None,
+    time_limit_s: float | None,
     critical: CriticalCheck | None,
 ) -> _Try:
-    """One try; ``deadline`` is a ``time.monotonic()`` value (None: no wall-time limit)."""
+    """One try; its wall-time limit counts from the first observation (a slow browser start is not the agent's)."""
     try:
         observation = env.reset(task, screenshot_dir=str(shots))
     except Exception as err:  # a crashed browser or server: the environment's failure, never the agent's
         raise EnvironmentFailure(f"reset: {type(err).__name__}: {err}") from err
     observation = _checked(observation, "reset")
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     run = _Try(screenshots=[observation.screenshot] if observation.screenshot else [])
     steps = run.steps
     unparsed_in_a_row = 0
@@ -178,7 +179,8 @@ def run_episode(
     on; ``max_unparsed`` of them in a row, or a role whose endpoint is down (``Decision.fatal``), end it with
     ``termination="model_error"``, judged as a failure. Environment failures restart the attempt up to
     ``env_retries`` times, then end it with ``termination="env_error"``, ``success=None`` and no verdict.
-    ``time_limit_s`` bounds the wall time of each try (checked before each decision: ``time_limit``);
+    ``time_limit_s`` bounds the wall time of each try from its first observation (checked before each decision:
+    ``time_limit``);
     ``critical`` stops the attempt before an action it names (``critical_point``, reason in the metadata).
     """
     reflections = list(reflections or [])
@@ -203,7 +205,6 @@ def run_episode(
             if shots.exists():
                 shutil.rmtree(shots)  # a restarted attempt must not keep the failed try's screenshots
             shots.mkdir(parents=True)
-            deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
             try:
                 run = _play(
                     env,
@@ -214,7 +215,7 @@ def run_episode(
                     shots,
                     root if temporary is None else None,
                     max_unparsed,
-                    deadline,
+                    time_limit_s,
                     critical,
                 )
             except EnvironmentFailure as err:

@@ -66,7 +66,7 @@ class RolloutConfig(BaseModel):
     num_cpus: int | None = Field(default=None, ge=1, description="local Ray only: CPUs it may use")
     object_store_mb: int | None = Field(default=None, ge=75, description="local Ray only: object store size")
     cpus_per_browser: float = Field(default=1.0, gt=0, description="ray: CPUs reserved by each browser actor")
-    #: Wall time of one try of an episode (checked before each decision; ``time_limit``); null: none. On Ray an
+    #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``); on Ray an
     #: actor still busy ``HANG_GRACE_S`` past it is killed and the episode retried as an environment error.
     episode_time_limit_s: float | None = Field(default=None, gt=0)
 

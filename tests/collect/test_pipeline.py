@@ -52,7 +52,9 @@ def test_journal_skips_a_torn_line_and_other_settings(tmp_path):
     path = tmp_path / "journal.jsonl"
     journal = Journal(path, "abc", key=JOURNAL_KEY)
     journal.append({"mode": "single", "task_id": "t1", "attempt": 1, "success": True})
-    Journal(path, "other", key=JOURNAL_KEY).append({"mode": "single", "task_id": "t2", "attempt": 1, "success": True})
+    Journal(path, "other", key=JOURNAL_KEY).append(
+        {"mode": "single", "task_id": "t2", "attempt": 1, "success": True}
+    )
     with path.open("a") as file:
         file.write('{"mode": "single", "task_id": "t3", "att')  # killed mid-write
     assert list(journal.load()) == [("single", "t1", 1)]

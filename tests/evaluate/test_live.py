@@ -10,16 +10,20 @@ import pytest
 
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.pipelines.evaluate.live import ExactAnswerJudge, JudgeByKind, run_live
+from rmsweb_kedro.pipelines.live.nodes import ExactAnswerJudge, JudgeByKind, run_live
+from rmsweb_kedro.rollouts import Roles
 from rmsweb_kedro.schema import JudgeSpec, Trajectory
 from tests.evaluate.conftest import RUBRIC, judge_model, request_text
+from tests.fixtures_web import chromium_available
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_live_run_judges_each_benchmark_kind_and_writes_a_submission(
-    chat_server, sandbox_task_list, browser_env, tmp_path
+    chat_server, sandbox_task_list, browser_config, tmp_path
 ):
+    if not chromium_available():
+        pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
     chat_server.respond = judge_model
     answer_task = next(
         t for t in sandbox_task_list if t.split == "test" and t.judge.config.get("checker") == "answer"
@@ -57,9 +61,8 @@ def test_live_run_judges_each_benchmark_kind_and_writes_a_submission(
     ]
     endpoint = ChatEndpoint(EndpointConfig(base_url=chat_server.base_url, model="judge-test", max_retries=0))
     teacher = ScriptedTeacher(seed=0, imperfections=TeacherImperfections(mistake_probs={}))
-    trajectories = run_live(
-        tasks, teacher, browser_env, JudgeByKind(endpoint), tmp_path / "live", max_steps=14
-    )
+    roles = Roles(agent=lambda _seed: teacher, judge=lambda _server: JudgeByKind(endpoint))
+    trajectories = run_live(tasks, roles, tmp_path / "live", max_steps=14, browser=browser_config)
 
     judges = [t.verdict.judge for t in trajectories]
     assert judges == ["webvoyager/judge-test/v1", "webjudge/judge-test/v1", "rubric/judge-test/rubric-v1",

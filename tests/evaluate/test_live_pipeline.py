@@ -79,15 +79,18 @@ def test_live_pipeline_from_the_production_catalog(
         str(REPO / "conf"), base_env="base", default_run_env="production",
         merge_strategy={"parameters": "soft"},
     )  # fmt: skip
-    evaluate = loader["parameters"]["evaluate"]
-    assert evaluate["live"]["judge"]["credentials"] == "judge_endpoint"  # production names an endpoint
-    evaluate["live"] |= {
+    parameters = loader["parameters"]
+    live = parameters["live"]
+    assert live["judge"]["credentials"] == "judge_endpoint"  # production names an endpoint
+    live |= {
         "judge": {"base_url": chat_server.base_url, "model": "judge-test", "max_retries": 0},
         "browser": {"host_resolver_rules": sandbox_server.host_resolver_rules},
         "output_dir": str(tmp_path / "live"),
         "max_steps": 3,
     }
-    catalog["params:evaluate"] = evaluate
+    catalog["params:live"] = live
+    catalog["params:evaluate.policy"] = parameters["evaluate"]["policy"]
+    catalog["params:rollouts"] = parameters["rollouts"]
 
     SequentialRunner().run(register_pipelines()["live"], catalog)
 

@@ -13,7 +13,6 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.pipelines.evaluate.step_metrics import METRICS, rates, score_step
 from rmsweb_kedro.reporting import wilson_interval
 from rmsweb_kedro.rollouts import trajectory_row
@@ -64,23 +63,6 @@ class CostModel(_Params):
     completion_usd_per_million: float = Field(default=0.0, ge=0)
 
 
-class LiveParams(_Params):
-    """``evaluate.live``: the ``live`` pipeline (benchmark tasks on the real web, LLM judges)."""
-
-    benchmarks: list[str] = Field(default_factory=lambda: ["webvoyager", "online_mind2web", "webtailbench"])
-    max_tasks_per_benchmark: int | None = Field(
-        default=None, ge=1, description="drawn with the seed; null: all"
-    )
-    seed: int = 0
-    max_steps: int = Field(default=30, ge=1)
-    judge: EndpointConfig | None = None  # one OpenAI-compatible endpoint for every LLM judge
-    rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
-    credentials_file: str = "conf/local/credentials.yml"
-    output_dir: str = "data/07_model_output/live"
-    model_label: str = "rmsweb"
-    browser: dict[str, Any] = Field(default_factory=dict)  # BrowserConfig overrides (headless, viewport, ...)
-
-
 class Claim(_Params):
     key: str  # what this run measures for it (a key of report.measures)
     claim: str
@@ -93,7 +75,6 @@ class EvaluateParams(_Params):
     policy: PolicyParams = Field(default_factory=PolicyParams)
     offline: OfflineParams = Field(default_factory=OfflineParams)
     online: OnlineParams = Field(default_factory=OnlineParams)
-    live: LiveParams = Field(default_factory=LiveParams)
     cost: CostModel = Field(default_factory=CostModel)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     seed: int = 0
@@ -306,7 +287,8 @@ def episode_row(trajectory: Any, task: Any, model_name: str, run: int, config: E
 
 def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]:
     """Success rate over judged episodes (environment failures left out) with its Wilson interval, the spread of
-    the per-run rates, and the steps, tokens, cost and wall time per task."""
+    the per-run rates, and the steps, tokens, cost and wall time per task; episodes stopped at a critical point
+    (live sites) are judged as any other and also counted apart."""
     judged = episodes.filter(pl.col("success").is_not_null())
     wins = int(judged["success"].sum()) if judged.height else 0
     low, high = wilson_interval(wins, judged.height, confidence)
@@ -315,6 +297,7 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
     return {
         "episodes": episodes.height,
         "env_errors": episodes.height - judged.height,
+        "critical_points": int((episodes["termination"] == "critical_point").sum()),
         "success_rate": wins / judged.height if judged.height else None,
         "success_low": low,
         "success_high": high,

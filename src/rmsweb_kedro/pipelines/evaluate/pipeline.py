@@ -1,12 +1,12 @@
-"""The ``evaluate`` pipeline and the ``live`` pipeline: wiring only (nodes in ``nodes.py``, ``report.py`` and
-``live.py``). ``model_evaluation`` and ``report_nodes`` are also reused, namespaced, by the ``ablations`` pipeline."""
+"""The ``evaluate`` pipeline: wiring only (nodes in ``nodes.py`` and ``report.py``). ``model_evaluation`` and
+``report_nodes`` are also reused, namespaced, by the ``ablations`` pipeline."""
 
 from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
 from rmsweb_kedro import reporting
-from rmsweb_kedro.pipelines.evaluate import live, nodes, report
+from rmsweb_kedro.pipelines.evaluate import nodes, report
 
 #: Model label -> the checkpoint dataset evaluated under it.
 MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
@@ -166,32 +166,4 @@ def create_pipeline(**kwargs) -> Pipeline:
             ]
         )
         + report_nodes()
-    )
-
-
-def create_live_pipeline() -> Pipeline:
-    """``live`` (registered in pipeline_registry): benchmark task files -> the RMSWeb policy on the live sites,
-    judged by each benchmark's LLM judge -> per-task results, a summary per benchmark, Online-Mind2Web's
-    submission folder (``evaluate.live.output_dir``)."""
-    return Pipeline(
-        [
-            Node(
-                live.select_live_tasks,
-                inputs=["webvoyager_tasks", "online_mind2web_tasks", "webtailbench_tasks", "params:evaluate"],
-                outputs=["live_tasks", "live_task_load_report"],
-                name="select_live_tasks",
-            ),
-            Node(
-                live.run_live_tasks,
-                inputs=["live_tasks", "rmsweb_model", "params:evaluate"],
-                outputs="live_results",
-                name="run_live_tasks",
-            ),
-            Node(
-                live.summarize_live,
-                inputs=["live_results", "params:evaluate"],
-                outputs="live_summary",
-                name="summarize_live",
-            ),
-        ]
     )

@@ -1,5 +1,7 @@
-"""Live mode: a policy on real websites (benchmark tasks), judged by the LLM judges each benchmark prescribes, with
-results also written in Online-Mind2Web's submission format.
+"""Nodes of the ``live`` pipeline: a policy on real websites (benchmark tasks), judged by the LLM judges each
+benchmark prescribes, with results also written in Online-Mind2Web's submission format. Episodes run through
+:func:`~rmsweb_kedro.rollouts.run_rollouts` (threads or a Ray cluster, ``params:rollouts``) and stop at critical
+points (paying, submitting personal data, sending a message: ``termination="critical_point"``, counted apart).
 
 Judges by ``task.judge.kind`` (one OpenAI-compatible endpoint serves them all): ``webvoyager`` -> WebVoyager's judge,
 ``webjudge`` -> Online-Mind2Web's WebJudge, ``rubric`` -> the WebTailBench rubric verifier, ``reference_answer``
@@ -15,13 +17,24 @@ import json
 import logging
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.actions import format_action, normalize_answer
+from rmsweb_kedro.agents.endpoint import EndpointConfig
+from rmsweb_kedro.rollouts import (
+    CriticalPoints,
+    EpisodeSettings,
+    EpisodeSpec,
+    Journal,
+    Roles,
+    fingerprint,
+    run_rollouts,
+    trajectory_row,
+)
 from rmsweb_kedro.schema import (
     JudgedBy,
     Step,
@@ -34,6 +47,32 @@ from rmsweb_kedro.schema import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+class LiveParams(BaseModel):
+    """``params:live`` (conf/base/parameters_live.yml): benchmark tasks on the real web, LLM judges."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    benchmarks: list[str] = Field(default_factory=lambda: ["webvoyager", "online_mind2web", "webtailbench"])
+    max_tasks_per_benchmark: int | None = Field(
+        default=None, ge=1, description="drawn with the seed; null: all"
+    )
+    seed: int = 0
+    max_steps: int = Field(default=30, ge=1)
+    n_envs: int = Field(default=1, ge=1, description="browsers at once (threads, or Ray actors)")
+    judge: EndpointConfig | None = None  # one OpenAI-compatible endpoint for every LLM judge
+    rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
+    credentials_file: str = "conf/local/credentials.yml"
+    output_dir: str = "data/07_model_output/live"
+    resume: bool = False  # true: episodes already in <output_dir>/journal.jsonl (same settings) are not rerun
+    model_label: str = "rmsweb"
+    confidence: float = Field(default=0.95, gt=0, lt=1)  # Wilson interval of each benchmark's success rate
+    policy: dict[str, Any] = Field(
+        default_factory=dict
+    )  # evaluate.policy's fields (prompt, max_new_tokens...)
+    critical_points: CriticalPoints = Field(default_factory=CriticalPoints)
+    browser: dict[str, Any] = Field(default_factory=dict)  # BrowserConfig overrides (headless, viewport, ...)
 
 
 class ExactAnswerJudge:
@@ -123,33 +162,47 @@ def write_submission(trajectory: Trajectory, task: Task, shots_root: Path, out_d
 
 def run_live(
     tasks: list[Task],
-    agent: Any,
-    env: Any,
-    judges: JudgeByKind,
+    roles: Roles,
     out_dir: str | Path,
     max_steps: int = 30,
+    *,
+    browser: Any = None,
+    browsers: int = 1,
+    rollouts: dict[str, Any] | None = None,
+    critical_points: CriticalPoints | None = None,
+    journal: Journal | None = None,
 ) -> list[Trajectory]:
-    """One attempt of ``agent`` per task in ``env`` (a BrowserEnv open on the real web, or on stand-ins), judged
-    by each task's judge; trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the
+    """One attempt per task (``roles``: the agent and :class:`JudgeByKind`), judged by each task's judge, on the
+    ``rollouts`` backend; trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the
     ``raw_trajectories`` format) with their screenshots, and each attempt to the Online-Mind2Web submission."""
-    from tqdm.auto import tqdm
-
-    from rmsweb_kedro.episodes import run_episode
-
     out = Path(out_dir)
     shots_root = out / "screenshots"
     submission = out / "online_mind2web"
-    trajectories = []
-    for task in tqdm(tasks, desc="live", unit="task"):
-        started = time.perf_counter()
-        trajectory = run_episode(
-            env, task, agent, judges, max_steps, mode="policy", trajectory_id=f"live__{task.id}",
-            screenshot_dir=shots_root / task.id, relative_to=shots_root,
+    episodes = [
+        EpisodeSpec(
+            key=task.id,
+            task=task,
+            max_steps=max_steps,
+            trajectory_id=f"live__{task.id}",
+            screenshot_dir=str(shots_root / task.id),
+            relative_to=str(shots_root),
             metadata={"benchmark": task.metadata.get("benchmark", task.source)},
         )  # fmt: skip
-        trajectory.metadata["wall_s"] = time.perf_counter() - started
+        for task in tasks
+    ]
+    results = run_rollouts(
+        episodes,
+        roles,
+        rollouts,
+        browsers=browsers,
+        browser=browser,
+        journal=journal,
+        settings=EpisodeSettings(critical=critical_points),
+        progress="live",
+    )
+    trajectories = [trajectory for (trajectory,) in results]
+    for task, trajectory in zip(tasks, trajectories, strict=True):
         write_submission(trajectory, task, shots_root, submission)
-        trajectories.append(trajectory)
         logger.info("live %s: success=%s (%s)", task.id, trajectory.success, trajectory.termination)
     # Screenshot paths in the file are relative to its folder, as raw trajectory files require.
     lines = [
@@ -174,9 +227,7 @@ def select_live_tasks(
     """``(live_tasks, load report)`` from the benchmark datasets (``LoadResult``s): the tasks of
     ``live.benchmarks``, at most ``live.max_tasks_per_benchmark`` each (drawn with ``live.seed``); the report
     counts rows in, accepted and quarantined per file and lists the quarantined rows."""
-    from rmsweb_kedro.pipelines.evaluate.nodes import EvaluateParams
-
-    config = EvaluateParams.model_validate(params).live
+    config = LiveParams.model_validate(params)
     results = {"webvoyager": webvoyager, "online_mind2web": online_mind2web, "webtailbench": webtailbench}
     chosen, report = [], {}
     for name, result in results.items():
@@ -196,60 +247,81 @@ def select_live_tasks(
 LIVE_RESULT_SCHEMA_EXTRA = {"benchmark": pl.String, "score": pl.Float64}
 
 
-def run_live_tasks(live_tasks: pl.DataFrame, model: Any, params: dict[str, Any]) -> pl.DataFrame:
-    """The policy (a checkpoint dataset's value, as evaluated offline) on every live task in one browser, judged
-    by each task's judge over the ``live.judge`` endpoint; files under ``live.output_dir`` (trajectories.jsonl,
-    screenshots, Online-Mind2Web's submission folder). One row per task: the ``online_episodes`` columns plus
-    ``benchmark`` and the rubric ``score`` (WebTailBench)."""
-    from rmsweb_kedro.agents.endpoint import ChatEndpoint
-    from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA, EvaluateParams, episode_row, load_policy
-    from rmsweb_kedro.web.browser import BrowserConfig, run_parallel
+def run_live_tasks(
+    live_tasks: pl.DataFrame,
+    model: Any,
+    params: dict[str, Any],
+    policy: dict[str, Any],
+    rollouts: dict[str, Any] | None = None,
+) -> pl.DataFrame:
+    """The policy (a checkpoint dataset's value, acted as evaluate's ``policy`` settings say) on every live task,
+    ``live.n_envs`` browsers on the ``rollouts`` backend, judged by each task's judge over the ``live.judge``
+    endpoint; files under ``live.output_dir`` (trajectories.jsonl, screenshots, Online-Mind2Web's submission
+    folder). One row per task: the ``online_episodes`` columns plus ``benchmark`` and the rubric ``score``
+    (WebTailBench)."""
+    from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA, EvaluateParams, load_policy
 
-    config = EvaluateParams.model_validate(params)
-    live = config.live
+    live = LiveParams.model_validate(params)
     if live.judge is None:
-        raise ValueError(
-            "evaluate.live.judge: an OpenAI-compatible endpoint {base_url, model, credentials} is needed"
-        )
+        raise ValueError("live.judge: an OpenAI-compatible endpoint {base_url, model, credentials} is needed")
     tasks = tasks_from_frame(live_tasks)
     schema = pl.Schema({**EPISODE_SCHEMA, **LIVE_RESULT_SCHEMA_EXTRA})
     if not tasks:
         return pl.DataFrame(schema=schema)
-    judges = JudgeByKind(
-        ChatEndpoint(live.judge, live.credentials_file), rubric_threshold=live.rubric_threshold
+    acting = load_policy(model, EvaluateParams.model_validate({"policy": policy}), greedy=True)
+    endpoint, credentials, threshold = live.judge, live.credentials_file, live.rubric_threshold
+
+    def judges(_server: Any) -> JudgeByKind:  # built where the browser runs (a thread, or a Ray actor)
+        from rmsweb_kedro.agents.endpoint import ChatEndpoint
+
+        return JudgeByKind(ChatEndpoint(endpoint, credentials), rubric_threshold=threshold)
+
+    decisive = live.model_dump(mode="json", include={"max_steps", "judge", "rubric_threshold", "model_label",
+                                                     "critical_points"})  # fmt: skip
+    trajectories = run_live(
+        tasks,
+        Roles(agent=lambda _seed: acting, judge=judges),
+        live.output_dir,
+        live.max_steps,
+        browser=live.browser,
+        browsers=live.n_envs,
+        rollouts=rollouts,
+        critical_points=live.critical_points,
+        journal=Journal(Path(live.output_dir) / "journal.jsonl", fingerprint(decisive))
+        if live.resume
+        else None,
     )
-    policy = load_policy(model, config, greedy=True)
-    # On a browser thread (as run_online), so a Playwright session the calling thread may hold never collides.
-    (trajectories,) = run_parallel(
-        lambda env, batch: run_live(batch, policy, env, judges, live.output_dir, max_steps=live.max_steps),
-        [tasks], 1, BrowserConfig(**live.browser),
-    )  # fmt: skip
-    if isinstance(trajectories, BaseException):
-        raise RuntimeError("live: the browser thread failed") from trajectories
     rows = []
     for task, trajectory in zip(tasks, trajectories, strict=True):
-        row = episode_row(
-            trajectory, task, live.model_label, 0, trajectory.metadata.get("wall_s", 0.0), config
-        )
         score = trajectory.verdict.details.get("score") if trajectory.verdict else None
-        rows.append(row | {"held_out": True, "benchmark": task.source, "score": score})
+        rows.append(
+            trajectory_row(trajectory)
+            | {
+                "model": live.model_label,
+                "run": 0,
+                "level": task.level,
+                "split": task.split,
+                "held_out": True,
+            }
+            | {"benchmark": task.source, "score": score}
+        )
     return pl.DataFrame(rows, schema=schema)
 
 
 def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
-    """Per benchmark: tasks, environment errors, successes (k/n) and success rate with its Wilson interval, steps
-    on solved tasks, tokens and cost per task (judges' cost included)."""
-    from rmsweb_kedro.pipelines.evaluate.nodes import EvaluateParams, success_summary
+    """Per benchmark: tasks, environment errors, critical points reached, successes (k/n) and success rate with
+    its Wilson interval, steps on solved tasks, tokens and cost per task (judges' cost included)."""
+    from rmsweb_kedro.pipelines.evaluate.nodes import success_summary
     from rmsweb_kedro.reporting import with_counts
 
-    confidence = EvaluateParams.model_validate(params).confidence
+    confidence = LiveParams.model_validate(params).confidence
     rows = [
         {"benchmark": name, **success_summary(part, confidence)}
         for (name,), part in sorted(results.group_by("benchmark"), key=lambda item: item[0][0])
     ]
     frame = pl.DataFrame(
         rows,
-        schema={"benchmark": pl.String, "episodes": pl.Int64, "env_errors": pl.Int64}
+        schema={"benchmark": pl.String, "episodes": pl.Int64, "env_errors": pl.Int64, "critical_points": pl.Int64}
         | dict.fromkeys(["success_rate", "success_low", "success_high", "run_std", "steps_on_solved",
                          "tokens_per_task", "cost_per_task_usd", "wall_s_per_task"], pl.Float64),
     )  # fmt: skip
