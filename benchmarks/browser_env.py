@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/browser_env.py [--tasks 12] [--envs 1 2 4]
 
-Targets (docs/sandbox.md): median step <= 150 ms; 4 envs >= 1.5x the throughput of 1 env. The workload is the
+Targets (docs/sandbox.md): median step <= 150 ms; 4 envs >= 1.5x the throughput of 1 env (episodes through the
+rollout engine's threads backend: benchmarks/rollouts.py compares it with Ray). The workload is the
 reference solutions of sandbox tasks without ``wait`` steps (a wait is a fixed second by design), each step with
 a PNG screenshot. Figures are noisy on a shared machine: the load average is printed with them.
 """
@@ -15,9 +16,12 @@ import statistics
 import tempfile
 import time
 
+from rmsweb_kedro.agents.scripted import SandboxJudge
+from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
 from rmsweb_kedro.schema import Task
-from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, run_parallel
+from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv
 from rmsweb_kedro.web.sandbox import SandboxParams, SandboxServer, generate_tasks, resolve_step
+from rmsweb_kedro.web.sandbox.solve import ReferenceAgent
 
 
 def workload(count: int) -> list[Task]:
@@ -70,11 +74,16 @@ def main() -> None:
         throughput = {}
         for n_envs in args.envs:
             started, (busy0, total0) = time.perf_counter(), busy_jiffies()
-            results = run_parallel(lambda env, task: play(env, task, folder), tasks, n_envs, config)
+            results = run_rollouts(
+                [EpisodeSpec(key=t.id, task=t, max_steps=len(t.reference_solution), screenshot_dir=os.path.join(
+                    folder, f"{n_envs}-{t.id}")) for t in tasks],
+                Roles(agent=lambda _seed: ReferenceAgent(), judge=lambda _server: SandboxJudge(server.session_state)),
+                browsers=n_envs, browser=config, progress=None,
+            )  # fmt: skip
             elapsed, (busy1, total1) = time.perf_counter() - started, busy_jiffies()
             busy_share = (busy1 - busy0) / max(1, total1 - total0)
-            failures = [r for r in results if isinstance(r, BaseException)]
-            steps = sum(len(r) for r in results if not isinstance(r, BaseException))
+            failures = [run for (run,) in results if not run.success]
+            steps = sum(len(run.steps) for (run,) in results)
             throughput[n_envs] = steps / elapsed
             print(f"{n_envs} env(s): {steps} steps in {elapsed:.1f} s = {throughput[n_envs]:.2f} steps/s "
                   f"(browser start included; {len(failures)} failed episodes; CPUs {busy_share:.0%} busy)")  # fmt: skip

@@ -99,15 +99,15 @@ def test_environment_failure_restarts_the_attempt(sandbox_task_list, sandbox_ser
 
 
 def test_persistent_environment_failure_is_not_the_agents(sandbox_task_list, sandbox_server, browser_config):
-    from rmsweb_kedro.web.browser import run_parallel
+    from rmsweb_kedro.rollouts import EpisodeSettings, EpisodeSpec, Roles, run_rollouts
 
     judge, task = SandboxJudge(sandbox_server.session_state), sandbox_task_list[0]
     broken = browser_config.model_copy(update={"executable": "/nonexistent/chromium"})
-
-    def attempt(env, item):  # in run_parallel's own thread: Playwright's sync API is one per thread
-        return run_episode(env, item, ScriptedTeacher(0), judge, 10, env_retries=1)
-
-    [trajectory] = run_parallel(attempt, [task], 1, broken)
+    roles = Roles(agent=lambda _seed: ScriptedTeacher(0), judge=lambda _server: judge)
+    [[trajectory]] = run_rollouts(
+        [EpisodeSpec(key=task.id, task=task, max_steps=10)], roles, browser=broken,
+        settings=EpisodeSettings(env_retries=1), progress=None,
+    )  # fmt: skip
     assert trajectory.termination == "env_error" and trajectory.success is None and trajectory.verdict is None
     errors = trajectory.metadata["env_errors"]
     assert len(errors) == 2 and "/nonexistent/chromium" in errors[0]

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from rmsweb_kedro.actions import Action, parse_action
+from rmsweb_kedro.agents.scripted import SandboxJudge
+from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
 from rmsweb_kedro.schema import Task
-from rmsweb_kedro.web.browser import BrowserEnv, run_parallel
+from rmsweb_kedro.web.browser import BrowserEnv
 from rmsweb_kedro.web.sandbox import SandboxServer, check, find_element, resolve_step
-from rmsweb_kedro.web.sandbox.solve import play_reference
+from rmsweb_kedro.web.sandbox.solve import ReferenceAgent, play_reference
 
 pytestmark = pytest.mark.browser
 
@@ -206,11 +208,18 @@ def test_parallel_envs_keep_separate_carts(
     tasks = [t for t in sandbox_task_list if t.metadata["template"] == "shop_cart"][:2]
     assert tasks[0].metadata["params"]["product"] != tasks[1].metadata["params"]["product"]
 
-    def play(env: BrowserEnv, task: Task):
-        run = play_reference(env, sandbox_server, task)
-        return run, sandbox_server.session_state(env.session_id)["cart"]
+    class CartJudge(SandboxJudge):  # the checker's verdict, with the cart of the episode's own session
+        def judge(self, task, steps, final_answer, context):
+            verdict, usage = super().judge(task, steps, final_answer, context)
+            verdict.details["cart"] = self.session_state(context["session_id"])["cart"]
+            return verdict, usage
 
-    results = run_parallel(play, tasks, n_envs=2, config=browser_config)
-    for task, (run, cart) in zip(tasks, results, strict=True):
+    results = run_rollouts(
+        [EpisodeSpec(key=t.id, task=t, max_steps=20) for t in tasks],
+        Roles(agent=lambda _seed: ReferenceAgent(), judge=lambda _server: CartJudge(sandbox_server.session_state)),
+        browsers=2, browser=browser_config, progress=None,
+    )  # fmt: skip
+    for task, (run,) in zip(tasks, results, strict=True):
+        cart = run.verdict.details["cart"]
         assert run.verdict.success, run.verdict.reason
         assert [item["product"] for item in cart] == [task.metadata["params"]["product"]]

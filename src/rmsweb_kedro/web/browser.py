@@ -2,7 +2,7 @@
 :class:`~rmsweb_kedro.schema.Observation` (axtree with element ids, elements, screenshot, URL, tabs, error).
 
 One env per thread: Playwright's sync API belongs to the thread that started it, so create, use and close an env
-in the same thread (:func:`run_parallel` does this for N envs). Errors of an action (unknown id, timeout, blocked
+in the same thread (``rollouts.run_rollouts`` does this for N envs, on threads or Ray actors). Errors of an action (unknown id, timeout, blocked
 URL) go into ``Observation.error``; a crashed browser is relaunched with the session's cookies and the last URL,
 and that observation has ``env_error=True``. See docs/sandbox.md.
 """
@@ -12,13 +12,10 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
@@ -649,41 +646,3 @@ class BrowserEnv:
             self._page.screenshot(path=path)
             return
         path.write_bytes(base64.b64decode(shot["data"]))
-
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def run_parallel(
-    work: Callable[[BrowserEnv, T], R], items: list[T], n_envs: int, config: BrowserConfig | None = None
-) -> list[R | BaseException]:
-    """Run ``work(env, item)`` for every item on ``n_envs`` threads, one BrowserEnv each (created, used and closed
-    in its thread). Results come back in item order; an item whose work raised gets the exception instead."""
-    tasks: queue.Queue[tuple[int, T]] = queue.Queue()
-    for index, item in enumerate(items):
-        tasks.put((index, item))
-    results: list[Any] = [None] * len(items)
-
-    def worker() -> None:
-        with BrowserEnv(config) as env:
-            while True:
-                try:
-                    index, item = tasks.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    results[index] = work(env, item)
-                except Exception as err:  # recorded for the caller; the other items go on
-                    logger.exception("parallel work on item %d failed", index)
-                    results[index] = err
-
-    threads = [
-        threading.Thread(target=worker, name=f"browser-env-{i}")
-        for i in range(max(1, min(n_envs, len(items))))
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import time
 from collections import Counter
 
 from rmsweb_kedro.web.sandbox.server import SandboxServer
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
+
+#: An interactive element's line in an axtree: ``role "name" [id]`` (then maybe its value).
+ELEMENT_LINE = re.compile(r'" \[\d+\](?: |$)', re.MULTILINE)
 
 
 def serve(port: int, seed: int) -> None:
@@ -29,40 +33,35 @@ def serve(port: int, seed: int) -> None:
 
 
 def solve(envs: int, seed: int, limit: int | None, split: str | None) -> int:
-    from tqdm import tqdm
-
-    from rmsweb_kedro.web.browser import BrowserConfig, run_parallel
-    from rmsweb_kedro.web.sandbox.solve import play_reference
+    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
+    from rmsweb_kedro.web.sandbox.solve import ReferenceAgent
 
     tasks = [t for t in generate_tasks(SandboxParams(seed=seed)) if split in (None, t.split)][:limit]
     started = time.perf_counter()
-    with SandboxServer(seed=seed) as server:
-        config = BrowserConfig(host_resolver_rules=server.host_resolver_rules, screenshots=False)
-        with tqdm(total=len(tasks), desc="reference solutions", unit="task") as progress:
-
-            def play(env, task):
-                try:
-                    return play_reference(env, server, task)
-                finally:
-                    progress.update()
-
-            runs = run_parallel(play, tasks, envs, config)
+    results = run_rollouts(
+        [EpisodeSpec(key=t.id, task=t, max_steps=len(t.reference_solution or []) + 1) for t in tasks],
+        Roles(agent=lambda _seed: ReferenceAgent(), judge=lambda server: SandboxJudge(server.session_state)),
+        browsers=envs,
+        browser={"screenshots": False},
+        sandbox_seed=seed,
+        progress="reference solutions",
+    )
     solved, by_template = 0, Counter()
-    for task, run in zip(tasks, runs, strict=True):
-        ok = not isinstance(run, BaseException) and run.verdict.success
+    for task, (run,) in zip(tasks, results, strict=True):
+        ok = bool(run.success)
         solved += ok
         by_template[(task.metadata["template"], ok)] += 1
         if not ok:
-            print(
-                f"FAILED {task.id}: {run if isinstance(run, BaseException) else (run.error or run.verdict.reason)}"
-            )
+            error = next((s.error for s in run.steps if s.error), None)
+            reason = run.verdict.reason if run.verdict else run.metadata.get("env_errors")
+            print(f"FAILED {task.id}: {error or reason}")
     for template in sorted({t for t, _ in by_template}):
         print(
             f"  {template:18s} {by_template[(template, True)]}/{by_template[(template, True)] + by_template[(template, False)]}"
         )
-    done = [run for run in runs if not isinstance(run, BaseException)]
-    chars = sorted(c for run in done for c in run.axtree_chars)
-    elements = sorted(n for run in done for n in run.interactive_elements)
+    chars = sorted(len(s.axtree) for (run,) in results for s in run.steps)
+    elements = sorted(len(ELEMENT_LINE.findall(s.axtree)) for (run,) in results for s in run.steps)
     if chars:
         print(
             f"observations: axtree median {chars[len(chars) // 2]} chars (max {chars[-1]}), "

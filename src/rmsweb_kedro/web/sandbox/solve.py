@@ -1,4 +1,8 @@
-"""Play a task's reference solution in a BrowserEnv and check the result: the suite's self-test."""
+"""Play a task's reference solution in a BrowserEnv and check the result: the suite's self-test.
+
+:func:`play_reference` drives one env directly (every step, the final ``answer``/``stop`` included, goes to the
+page: the browser tests use it); :class:`ReferenceAgent` is the same plan as an agent, so the ``solve`` command
+runs the whole suite through the rollout engine like every other episode."""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmsweb_kedro.actions import format_action
-from rmsweb_kedro.schema import Task, Verdict
+from rmsweb_kedro.agents.base import Decision
+from rmsweb_kedro.schema import Observation, Step, Task, Verdict
 from rmsweb_kedro.web.sandbox.checkers import check
 from rmsweb_kedro.web.sandbox.reference import TargetNotFound, resolve_step
 from rmsweb_kedro.web.sandbox.server import SandboxServer
@@ -48,3 +53,28 @@ def play_reference(
             run.error = f"step {index} {run.actions[-1]}: {observation.error}"
     run.verdict = check(task, server.session_state(env.session_id), env.final_answer)
     return run
+
+
+class ReferenceAgent:
+    """Acts a task's reference solution, each step resolved against the observation. A step that cannot be
+    resolved, or whose predecessor failed in the page, ends the episode (``Decision.fatal``: ``model_error``) with
+    the reason in the step's ``error``; the checker then judges what the page holds."""
+
+    name = "reference-solution"
+
+    def act(
+        self, task: Task, observation: Observation, history: list[Step], reflections: list[str]
+    ) -> Decision:
+        index = len(history)
+        if history and history[-1].error:
+            return Decision(action=None, error=f"step {index - 1}: {history[-1].error}", fatal=True)
+        steps = task.reference_solution or []
+        if index >= len(steps):
+            return Decision(
+                action=None, error="the reference solution ended without answer or stop", fatal=True
+            )
+        try:
+            action = resolve_step(steps[index], observation)
+        except TargetNotFound as err:
+            return Decision(action=None, error=f"step {index}: {err}", fatal=True)
+        return Decision(action=action, thought=steps[index].get("thought"), raw_output=format_action(action))
