@@ -19,23 +19,14 @@ import sys
 import tempfile
 import time
 
+from browser_env import workload  # the same episodes (this script's folder is on the path when it runs)
+
 from rmsweb_kedro.agents.scripted import SandboxJudge
 from rmsweb_kedro.rollouts import EpisodeSpec, Roles, RolloutConfig, run_rollouts
 from rmsweb_kedro.schema import Task
-from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 from rmsweb_kedro.web.sandbox.solve import ReferenceAgent
 
 INSIDE = "RMSWEB_LOOPBACK_NAMESPACE"
-
-
-def workload(count: int) -> list[Task]:
-    """``count`` tasks spread over the templates, none with a wait step (a wait is a fixed second by design)."""
-    tasks = [
-        t for t in generate_tasks(SandboxParams()) if all(s["action"] != "wait" for s in t.reference_solution)
-    ]
-    templates = sorted({t.metadata["template"] for t in tasks})
-    by_template = {name: [t for t in tasks if t.metadata["template"] == name] for name in templates}
-    return [by_template[templates[i % len(templates)]][i // len(templates)] for i in range(count)]
 
 
 def measure(tasks: list[Task], backend: str, browsers: int, folder: str) -> float:

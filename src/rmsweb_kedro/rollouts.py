@@ -25,6 +25,7 @@ and, for sandbox tasks, a sandbox server of its own; results stream back to the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -445,11 +446,9 @@ class _RayPool:
             if settings.time_limit_s is None
             else (settings.time_limit_s + HANG_GRACE_S) * (settings.env_retries + 1)
         )
-        self._make = lambda: (
-            ray.remote(EpisodeWorker)
-            .options(num_cpus=config.cpus_per_browser, max_restarts=0, max_concurrency=1)
-            .remote(roles, browser, settings, sandbox_seed)
-        )
+        actor = ray.remote(EpisodeWorker).options(num_cpus=config.cpus_per_browser, max_restarts=0)
+        shared = [ray.put(value) for value in (roles, browser, settings)]  # serialised once for every actor
+        self._make = lambda: actor.remote(*shared, sandbox_seed)
         actors = [self._make() for _ in range(n)]
         ray.get(
             [actor.ready.remote() for actor in actors]
@@ -535,13 +534,14 @@ def run_rollouts(
     config = RolloutConfig.model_validate(config or {})
     settings = settings or EpisodeSettings()
     if config.episode_time_limit_s is not None and settings.time_limit_s is None:
-        settings = EpisodeSettings(**{**settings.__dict__, "time_limit_s": config.episode_time_limit_s})
+        settings = dataclasses.replace(settings, time_limit_s=config.episode_time_limit_s)
     chains = [item if isinstance(item, Attempts) else Attempts.of(item) for item in items]
     done = journal.load() if journal is not None else {}
     results: list[list[Trajectory]] = [[] for _ in chains]
     waiting: deque[tuple[int, EpisodeSpec, list[str]]] = deque()
     tally: Counter[str] = Counter()
-    bar = tqdm(total=len(chains), desc=progress, unit="task", disable=progress is None)
+    unit = "task" if any(chain.budget > 1 for chain in chains) else "episode"
+    bar = tqdm(total=len(chains), desc=progress, unit=unit, disable=progress is None)
     resumed = 0
 
     def advance(index: int) -> None:
