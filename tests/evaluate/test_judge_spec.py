@@ -7,7 +7,7 @@ from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
 from rmsweb_kedro.agents.rubric_judge import RubricJudge
 from rmsweb_kedro.agents.scripted import SandboxJudge
-from rmsweb_kedro.pipelines.evaluate.live import ExactAnswerJudge
+from rmsweb_kedro.pipelines.live.nodes import ExactAnswerJudge
 from rmsweb_kedro.schema import JudgedBy, JudgeSpec, Task, Verdict
 from rmsweb_kedro.web.sandbox import check
 from tests.evaluate.conftest import RUBRIC, judge_model
