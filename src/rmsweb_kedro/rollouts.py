@@ -449,12 +449,13 @@ class _RayPool:
         actor = ray.remote(EpisodeWorker).options(num_cpus=config.cpus_per_browser, max_restarts=0)
         shared = [ray.put(value) for value in (roles, browser, settings)]  # serialised once for every actor
         self._make = lambda: actor.remote(*shared, sandbox_seed)
-        actors = [self._make() for _ in range(n)]
-        ray.get(
-            [actor.ready.remote() for actor in actors]
-        )  # a role or browser that cannot be built fails here
-        self._free = deque(actors)
+        self._free = deque(self._make() for _ in range(n))
         self._in_flight: dict[Any, tuple[Any, int, float]] = {}
+        try:  # a role or browser that cannot be built fails here, before any episode
+            ray.get([worker.ready.remote() for worker in self._free])
+        except Exception:
+            self.close()
+            raise
 
     @property
     def free(self) -> int:

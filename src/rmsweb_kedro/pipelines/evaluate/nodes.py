@@ -52,7 +52,9 @@ class OnlineParams(_Params):
     headless: bool = True
     sandbox_seed: int = 0
     n_envs: int = Field(
-        default=1, ge=1, description="browser threads (sampled runs are reproducible with 1 only)"
+        default=1,
+        ge=1,
+        description="browsers (params:rollouts backend; sampled runs are reproducible with 1 only)",
     )
 
 

@@ -37,7 +37,7 @@ class OnlineParams(BaseModel):
         default=4, ge=0, description="policy rollouts on train tasks (0: no online probing)"
     )
     max_steps: int = Field(default=12, ge=1)
-    envs: int = Field(default=1, ge=1, description="browsers rolling out at once (threads)")
+    envs: int = Field(default=1, ge=1, description="browsers rolling out at once (params:rollouts backend)")
     split: str = "train"
     headless: bool = True
 
