@@ -120,15 +120,16 @@ STEPS = [
 
 def test_webvoyager_judge_records_its_protocol(chat_server, screenshots):
     chat_server.faults = {}
-    judge = WebVoyagerJudge(endpoint(chat_server), last_k=2)
+    judge = WebVoyagerJudge(endpoint(chat_server), 2, official_prompts=None, max_tokens=12)
     before = len(chat_server.requests)
     verdict, usage = judge.judge(TASK, STEPS, "done", {"screenshots": screenshots})
     request = chat_server.requests[before]
     assert sum(p["type"] == "image_url" for p in request["messages"][1]["content"]) == 2
-    assert verdict.judge == f"webvoyager/{chat_server.model_name}/v1" and usage.prompt_tokens > 0
-    assert verdict.details["protocol"] == "webvoyager" and verdict.details["thresholds"] == {
-        "last_k_screenshots": 2
-    }
+    assert (
+        verdict.judge.startswith(f"webvoyager/{chat_server.model_name}/project-") and usage.prompt_tokens > 0
+    )
+    spec = verdict.judged_by
+    assert spec.protocol == "webvoyager/auto-eval" and spec.thresholds == {"max_attached_imgs": 2}
     # The tiny model says neither SUCCESS nor NOT SUCCESS: a failure that says the reply did not parse.
     if "error" in verdict.details:
         assert not verdict.success and verdict.reason == "judge reply unparseable"
@@ -136,28 +137,20 @@ def test_webvoyager_judge_records_its_protocol(chat_server, screenshots):
 
 def test_webjudge_scores_each_screenshot_then_decides(chat_server, screenshots):
     chat_server.faults = {}
-    judge = WebJudge(endpoint(chat_server), score_threshold=3)
+    judge = WebJudge(endpoint(chat_server), score_threshold=3, official_prompts=None, max_tokens=12)
     before = len(chat_server.requests)
     verdict, usage = judge.judge(TASK, STEPS, None, {"screenshots": screenshots})
     assert (
         len(chat_server.requests) - before == 1 + len(screenshots) + 1
     )  # key points, one per image, outcome
     details = verdict.details
-    assert details["protocol"] == "online-mind2web-webjudge" and details["thresholds"]["score_threshold"] == 3
+    assert verdict.judged_by.protocol == "online-mind2web/webjudge"
+    assert verdict.judged_by.thresholds["score_threshold"] == 3
     assert [s["screenshot"] for s in details["scores"]] == ["step_000.png", "step_001.png", "step_002.png"]
-    assert set(details["kept"]) <= {s["screenshot"] for s in details["scores"] if (s["score"] or 0) >= 3}
-    outcome = chat_server.requests[-1]["messages"][0]["content"]
-    assert (
-        'Action History:\n1. [http://shop.sandbox.test/] type(1, "blue scarf", submit=true)'
-        in outcome[0]["text"]
-    )
+    assert set(details["kept"]) <= {s["screenshot"] for s in details["scores"] if s["score"] >= 3}
+    outcome = chat_server.requests[-1]["messages"][1]["content"]
+    assert 'Action History:\n1. type(1, "blue scarf", submit=true)' in outcome[0]["text"]
     assert usage.prompt_tokens > 0
-
-
-def test_webjudge_score_parsing():
-    assert WebJudge.parse_score("Reasoning: shows the cart.\nScore: 4") == 4
-    assert WebJudge.parse_score("**Score**: 2 because") == 2
-    assert WebJudge.parse_score("no number here") is None
 
 
 def test_reflector_returns_text_and_usage(chat_server):

@@ -39,16 +39,17 @@ RUBRIC = [{"criterion": "Did the task", "description": "", "max_points": 2}]
 
 
 def judge_model(body: dict) -> str:
-    """A stand-in judge model: recognises each judge's prompt and approves."""
+    """A stand-in judge model: recognises each judge's stage by the reply format its prompt asks for (the same in
+    the official prompts and the project's wording) and approves."""
     text = request_text(body)
-    if text.startswith("As an evaluator"):
+    if "NOT SUCCESS" in text:
         return "The screenshots show the task done. SUCCESS"
-    if "identify the key points" in text:
-        return "Key Points: 1. do the task"
-    if "whether an image contains" in text:
-        return "Reasoning: it shows the page. Score: 4"
-    if "evaluating the performance of a web navigation agent" in text:
+    if "**Score**" in text:
+        return "**Reasoning**: it shows the page.\n\n**Score**: 4"
+    if 'Status: "success" or "failure"' in text:
         return 'Thoughts: all key points met.\nStatus: "success"'
+    if "**Key Points**" in text:
+        return "**Key Points**:\n1. do the task"
     if "grading rubric" in text:
         return '{"items": [{"index": 0, "applicable": true, "earned_points": 2, "justification": "done"}]}'
     return 400

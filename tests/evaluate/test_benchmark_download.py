@@ -7,13 +7,22 @@ import hashlib
 import socket
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from rmsweb_kedro.agents.judge_prompts import load_prompts
 from rmsweb_kedro.benchmarks_data import loaders
 from rmsweb_kedro.benchmarks_data.__main__ import main
-from rmsweb_kedro.benchmarks_data.download import REMOTE_FILES, DownloadError, RemoteFile, download, mirrored
+from rmsweb_kedro.benchmarks_data.download import (
+    PROMPT_FILES,
+    REMOTE_FILES,
+    DownloadError,
+    RemoteFile,
+    download,
+    mirrored,
+)
 from tests.evaluate.conftest import FIXTURES
 
 # The repositories and paths SOURCES.md names for each file.
@@ -92,6 +101,10 @@ def fixture_mirror(tmp_path):
     }
     for name, fixture in names.items():
         (served / name).write_bytes((FIXTURES / fixture).read_bytes())
+    # Stand-ins of the official prompt files (the real ones are never committed): same names, other contents.
+    (served / "prompts").mkdir()
+    for remote in PROMPT_FILES:
+        (served / remote.name).write_text('SYSTEM_PROMPT = "stand-in"\n')
     handler = functools.partial(SimpleHTTPRequestHandler, directory=str(served))
     handler.log_message = lambda *args: None
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -104,9 +117,15 @@ def fixture_mirror(tmp_path):
 def test_download_then_load_from_a_mirror(fixture_mirror, tmp_path, caplog, capsys):
     dest = tmp_path / "data" / "01_raw" / "benchmarks"
     assert main(["download", "--dest", str(dest), "--mirror", fixture_mirror]) == 0
-    assert sorted(p.name for p in dest.iterdir()) == sorted(f.name for f in REMOTE_FILES)  # no .part left
+    files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert files == sorted(
+        f.name for f in REMOTE_FILES + PROMPT_FILES
+    )  # prompts/ beside the tasks, no .part left
     # The fixtures are not the published files: each is reported as changed upstream.
-    assert sum("changed upstream" in r.message for r in caplog.records) == len(REMOTE_FILES)
+    assert sum("changed upstream" in r.message for r in caplog.records) == len(REMOTE_FILES + PROMPT_FILES)
+    # A prompt file that is not the pinned one is never used as official: the judges fall back, saying so.
+    for remote in PROMPT_FILES:
+        assert load_prompts(remote.protocol, dest).source == "project"
     results = loaders.load_folder(dest)
     assert results["webvoyager"].counts() == {"rows_in": 10, "accepted": 4, "quarantined": 6}
     assert results["online_mind2web"].counts()["accepted"] == 3
@@ -114,6 +133,15 @@ def test_download_then_load_from_a_mirror(fixture_mirror, tmp_path, caplog, caps
     out = capsys.readouterr().out
     assert "webtailbench\t4 in\t2 accepted\t2 quarantined" in out
     assert f"{loaders.WEBTAILBENCH}:3 hotels_9 [precomputed_rubric.items]" in out
+
+
+def test_only_prompts(fixture_mirror, tmp_path):
+    dest = tmp_path / "bench"
+    assert main(["download", "--dest", str(dest), "--mirror", fixture_mirror, "--only", "prompts"]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == ["prompts"]
+    assert sorted(p.name for p in (dest / "prompts").iterdir()) == sorted(
+        Path(f.name).name for f in PROMPT_FILES
+    )
 
 
 def test_mirrored_keeps_names_and_digests():

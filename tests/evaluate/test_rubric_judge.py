@@ -111,9 +111,10 @@ def test_verdict_over_http_records_the_judge(chat_server, flights_task, tmp_path
     )
 
     assert verdict.success is True  # 5 of 6 = 83% >= 80%
-    assert verdict.judge == f"rubric/judge-test/{PROMPT_VERSION}"
-    assert verdict.details["model"] == "judge-test" and verdict.details["prompt_version"] == PROMPT_VERSION
-    assert verdict.details["thresholds"]["success_score"] == 0.8
+    spec = verdict.judged_by  # WebTailBench publishes no verifier prompt: always the project's wording
+    assert verdict.judge == f"rubric/judge-test/project-{spec.prompt_sha256[:8]}"
+    assert spec.model == "judge-test" and spec.prompt_ref == f"rmsweb_kedro/{PROMPT_VERSION}"
+    assert spec.prompt_source == "project" and spec.thresholds["success_score"] == 0.8
     assert (verdict.details["earned"], verdict.details["total"]) == (5.0, 6.0)
     assert usage.prompt_tokens == 100 and usage.completion_tokens == 20
     # What the judge model was sent: the rubric with its condition, the actions, the answer, the last 3 screenshots.
@@ -132,7 +133,7 @@ def test_below_threshold_fails(chat_server, flights_task):
     assert verdict.success is False and "earned 6 of 8 points (75%" in verdict.reason
     chat_server.replies = [reply(4, 1, 1)]
     verdict, _ = judge_for(chat_server, threshold=0.75).judge(flights_task, steps(), "economy $800", {})
-    assert verdict.success is True and verdict.details["thresholds"]["success_score"] == 0.75
+    assert verdict.success is True and verdict.judged_by.thresholds["success_score"] == 0.75
 
 
 def test_unusable_reply_is_retried_then_flagged_as_a_judge_error(chat_server, flights_task):

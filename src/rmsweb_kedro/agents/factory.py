@@ -3,7 +3,7 @@ an endpoint in YAML, not code.
 
     teacher:   {kind: scripted, imperfections: {...}}      or {kind: openai, endpoint: {...}, send_screenshot: true}
     reflector: {kind: scripted}                           or {kind: openai, endpoint: {...}}
-    judge:     {kind: sandbox_checker}                    or {kind: webvoyager, endpoint: {...}, last_k: 3}
+    judge:     {kind: sandbox_checker}                    or {kind: webvoyager, endpoint: {...}, last_k: 15}
                                                           or {kind: webjudge, endpoint: {...}, score_threshold: 3}
 """
 
@@ -41,9 +41,11 @@ class JudgeSpecConfig(BaseModel):
 
     kind: Literal["sandbox_checker", "webvoyager", "webjudge"] = "sandbox_checker"
     endpoint: EndpointConfig | None = None
-    last_k: int = 3
-    score_threshold: int = 3
-    max_images: int = 50
+    last_k: int = 15  # WebVoyager's run_eval.sh attaches the last 15 screenshots
+    score_threshold: int = 3  # Online-Mind2Web's WebJudge (run.py --score_threshold 3)
+    max_images: int = 50  # Online-Mind2Web's WebJudge (MAX_IMAGE = 50)
+    official_prompts: str | None = "data/01_raw/benchmarks"  # where `benchmarks_data download` put prompts/
+    max_tokens: int | None = Field(default=None, gt=0)  # None: the protocol's own reply budget
 
 
 def _endpoint(spec: Any, role: str, credentials_file: str) -> ChatEndpoint:
@@ -98,6 +100,9 @@ def build_judge(
     from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
 
     endpoint = _endpoint(spec, "judge", credentials_file)
+    budget = {"max_tokens": spec.max_tokens} if spec.max_tokens else {}
     if spec.kind == "webvoyager":
-        return WebVoyagerJudge(endpoint, last_k=spec.last_k)
-    return WebJudge(endpoint, score_threshold=spec.score_threshold, max_images=spec.max_images)
+        return WebVoyagerJudge(endpoint, spec.last_k, official_prompts=spec.official_prompts, **budget)
+    return WebJudge(
+        endpoint, spec.score_threshold, spec.max_images, official_prompts=spec.official_prompts, **budget
+    )

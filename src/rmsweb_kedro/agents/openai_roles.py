@@ -1,7 +1,8 @@
-"""OpenAI-compatible teacher, reflector and judges (WebVoyager's and Online-Mind2Web's WebJudge).
+"""OpenAI-compatible teacher, reflector and judges (WebVoyager's auto-evaluation and Online-Mind2Web's WebJudge).
 
-Each role takes a :class:`~rmsweb_kedro.agents.endpoint.ChatEndpoint`; a judge's verdict records the protocol,
-model, prompt version and thresholds that produced it, so every reported number can be reproduced.
+Each role takes a :class:`~rmsweb_kedro.agents.endpoint.ChatEndpoint`; a judge's verdict records its judge spec
+(protocol, model, prompt source and hash, thresholds: ``Verdict.judged_by``), so every reported number can be
+reproduced and told apart from the benchmark's official protocol.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from rmsweb_kedro.actions import ActionParseError, describe_actions, format_action, parse_reply
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointError, image_part, text_part
+from rmsweb_kedro.agents.judge_prompts import WEBJUDGE, WEBVOYAGER, PromptSet, load_prompts
 from rmsweb_kedro.schema import JudgedBy, Observation, Step, Task, Usage, Verdict
 
 PROMPT_VERSION = "v1"
@@ -134,57 +136,66 @@ class OpenAIReflector:
 
 
 # ---------------------------------------------------------------- judges
+# Each public judge follows its benchmark's published evaluation code step by step (message roles, which images in
+# which encoding, what the judge is shown, how the reply is read); the prompt texts come from
+# :mod:`rmsweb_kedro.agents.judge_prompts` (the benchmark's own when fetched, else the project's wording).
 
-WEBVOYAGER_SYSTEM = """As an evaluator, you will be presented with three primary components to assist you in your role:
-
-1. Web Task Instruction: This is a clear and specific directive provided in natural language, detailing the online activity to be carried out.
-2. Result Screenshots: This is a visual representation of the screen showing the result or intermediate state of performing a web task. It serves as visual proof of the actions taken in response to the instruction.
-3. Result Response: This is a textual response obtained after the execution of the web task. It serves as textual result in response to the instruction.
-
--- You DO NOT NEED to interact with web pages or perform actions such as booking flights or conducting searches on websites.
--- You SHOULD NOT make assumptions based on information not presented in the screenshot when comparing it to the instructions.
--- Your primary responsibility is to conduct a thorough assessment of the web task instruction against the outcome depicted in the screenshot and in the response, evaluating whether the actions taken align with the given instructions.
--- NOTE that the instruction may involve more than one task, for example, locating the garage and summarizing the review. Failing to complete either task, such as not providing a summary, should be considered unsuccessful.
--- NOTE that the screenshot is authentic, but the response provided by LLM is generated at the end of web browsing, and there may be discrepancies between the text and the screenshots.
--- Note the difference: 1) Result response may contradict the screenshot, then the content of the screenshot prevails, 2) The content in the Result response is not mentioned on the screenshot, choose to believe the content.
-
-You should elaborate on how you arrived at your final evaluation and then provide a definitive verdict on whether the task has been successfully accomplished, either as 'SUCCESS' or 'NOT SUCCESS'."""
+#: Where ``python -m rmsweb_kedro.benchmarks_data download`` puts the task files and ``prompts/``.
+OFFICIAL_PROMPTS_DIR = "data/01_raw/benchmarks"
 
 
 def _screenshots(context: dict) -> list[str]:
     return [p for p in context.get("screenshots", []) if p and Path(p).is_file()]
 
 
-class EndpointJudge:
-    """What both public judges share: their endpoint, cost account and the identity every verdict records."""
+def png_part(path: str | Path) -> dict[str, Any]:
+    """The PNG file as is, base64, no ``detail`` (WebVoyager's ``encode_image``)."""
+    return image_part(path)
 
-    protocol = ""
+
+def jpeg_part(path: str | Path, label: str = "image/jpeg") -> dict[str, Any]:
+    """The image re-encoded as JPEG (RGB, PIL's default quality), ``detail: high``, as Online-Mind2Web's
+    ``encode_image``; ``label`` is the media type the URL names (its outcome call names JPEG data ``image/png``)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    with Image.open(path) as image:
+        buffer = io.BytesIO()
+        (image if image.mode == "RGB" else image.convert("RGB")).save(buffer, format="JPEG")
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": f"data:{label};base64,{data}", "detail": "high"}}
+
+
+class EndpointJudge:
+    """What the LLM judges share: their endpoint, prompt texts, cost account and the judge spec every verdict
+    records (``Verdict.judged_by``)."""
+
     kind = ""
     slug = ""
-    prompt_version = PROMPT_VERSION
 
-    def __init__(self, endpoint: ChatEndpoint, thresholds: dict[str, Any]):
+    def __init__(self, endpoint: ChatEndpoint, prompts: PromptSet, thresholds: dict[str, Any]):
         self.endpoint = endpoint
+        self.prompts = prompts
         self.thresholds = thresholds
-        self.name = f"{self.slug}/{endpoint.config.model}/{self.prompt_version}"
+        self.name = f"{self.slug}/{endpoint.config.model}/{prompts.source}-{prompts.sha256[:8]}"
+
+    @property
+    def protocol(self) -> str:
+        return self.prompts.protocol
 
     def cost_of(self, usage: Usage) -> float:
         return self.endpoint.cost(usage)
 
-    def prompt_texts(self) -> tuple[str, ...]:
-        return ()
-
     def judged_by(self) -> JudgedBy:
-        import hashlib
-
-        digest = hashlib.sha256("\x00".join(self.prompt_texts()).encode()).hexdigest()
         return JudgedBy(
             kind=self.kind,
             protocol=self.protocol,
             model=self.endpoint.config.model,
-            prompt_source="project",
-            prompt_ref=f"rmsweb_kedro/{self.prompt_version}",
-            prompt_sha256=digest,
+            prompt_source=self.prompts.source,
+            prompt_ref=self.prompts.ref,
+            prompt_sha256=self.prompts.sha256,
             thresholds=self.thresholds,
         )
 
@@ -195,177 +206,182 @@ class EndpointJudge:
         )
 
     def _details(self, **extra: Any) -> dict:
-        return {
-            "protocol": self.protocol,
-            "model": self.endpoint.config.model,
-            "prompt_version": self.prompt_version,
-            "thresholds": self.thresholds,
-            **extra,
-        }
+        return {"protocol": self.protocol, "model": self.endpoint.config.model, **extra}
 
 
 class WebVoyagerJudge(EndpointJudge):
-    """WebVoyager's auto-evaluation: task + final answer + the last ``last_k`` screenshots -> SUCCESS or NOT
-    SUCCESS (the verdict is the last of those words in the reply). ``context["screenshots"]``: PNG paths in order."""
+    """WebVoyager's auto-evaluation (``evaluation/auto_eval.py``): an attempt without a final answer scores 0 and
+    the judge is not asked; otherwise a system message and one user message holding the task and answer, the last
+    ``max_attached_imgs`` screenshots as PNG, and a closing text part; reply read as NOT SUCCESS when it contains
+    "NOT SUCCESS", SUCCESS when it contains "SUCCESS", unusable otherwise. ``context["screenshots"]``: the pages in
+    order. The reply may take ``max_tokens`` (1000, as auto_eval.py asks)."""
 
-    protocol, kind, slug = "webvoyager", "webvoyager", "webvoyager"
+    kind, slug = "webvoyager", "webvoyager"
+    #: WebVoyager's ``evaluation/run_eval.sh`` attaches 15 images; its client asks for at most 1000 tokens.
+    DEFAULT_IMAGES, MAX_TOKENS = 15, 1000
 
-    def __init__(self, endpoint: ChatEndpoint, last_k: int = 3):
-        super().__init__(endpoint, {"last_k_screenshots": last_k})
-        self.last_k = last_k
+    def __init__(
+        self,
+        endpoint: ChatEndpoint,
+        max_attached_imgs: int = DEFAULT_IMAGES,
+        official_prompts: str | Path | None = OFFICIAL_PROMPTS_DIR,
+        max_tokens: int = MAX_TOKENS,
+    ):
+        prompts = load_prompts(WEBVOYAGER, official_prompts)
+        super().__init__(endpoint, prompts, {"max_attached_imgs": max_attached_imgs})
+        self.max_attached_imgs = max_attached_imgs
+        self.max_tokens = max_tokens
 
-    def prompt_texts(self) -> tuple[str, ...]:
-        return (WEBVOYAGER_SYSTEM,)
+    def messages(self, task: Task, final_answer: str, screenshots: list[str]) -> list[dict]:
+        # "<num>" is the configured image count, as in auto_eval.py, even when the episode has fewer pages.
+        user = (
+            self.prompts["user"]
+            .replace("<task>", task.instruction)
+            .replace("<answer>", final_answer)
+            .replace("<num>", str(self.max_attached_imgs))
+        )
+        images = [png_part(p) for p in screenshots[-self.max_attached_imgs :]]
+        return [
+            {"role": "system", "content": self.prompts["system"]},
+            {"role": "user", "content": [text_part(user), *images, text_part(self.prompts["closing"])]},
+        ]
 
     def judge(
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
     ) -> tuple[Verdict, Usage]:
-        shots = _screenshots(context)[-self.last_k :]
-        content = [
-            text_part(
-                f"TASK: {task.instruction}\nResult Response: {final_answer or ''}\n{len(shots)} screenshots at the end: "
-            )
-        ] + [image_part(p) for p in shots]
-        messages = [{"role": "system", "content": WEBVOYAGER_SYSTEM}, {"role": "user", "content": content}]
+        if final_answer is None:
+            reason = "no final answer: WebVoyager's auto-evaluation scores the attempt 0 without a judge call"
+            return self.verdict(False, reason, self._details(screenshots=0)), Usage()
+        shots = _screenshots(context)[-self.max_attached_imgs :]
         try:
-            completion = self.endpoint.complete(messages)
+            completion = self.endpoint.complete(
+                self.messages(task, final_answer, shots), max_tokens=self.max_tokens
+            )
         except EndpointError as err:
             return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), Usage()
-        verdicts = re.findall(r"NOT SUCCESS|SUCCESS", completion.text.upper())
-        details = self._details(raw_output=completion.text, screenshots=len(shots))
-        if not verdicts:
-            details["error"] = "no SUCCESS / NOT SUCCESS in the judge's reply"
+        text = completion.text
+        details = self._details(raw_output=text, screenshots=[Path(p).name for p in shots])
+        if "NOT SUCCESS" in text:
+            success = False
+        elif "SUCCESS" in text:
+            success = True
+        else:
+            details["error"] = "neither SUCCESS nor NOT SUCCESS in the judge's reply"
             return self.verdict(False, "judge reply unparseable", details), completion.usage
-        success = verdicts[-1] == "SUCCESS"
-        return self.verdict(success, completion.text.strip()[-500:], details), completion.usage
+        return self.verdict(success, text.strip()[-500:], details), completion.usage
 
 
-WEBJUDGE_KEY_POINTS = """You are an expert tasked with analyzing a given task to identify the key points explicitly stated in the task description.
+def parse_key_points(reply: str) -> str:
+    """The key points of WebJudge's first reply, as its code reads them: after "**Key Points**:" (else after the
+    last "Key Points:"), blank lines dropped and each line's indentation stripped."""
+    text = reply.replace("\n\n", "\n")
+    part = text.split("**Key Points**:")[1] if "**Key Points**:" in text else text.split("Key Points:")[-1]
+    return "\n".join(line.lstrip() for line in part.splitlines())
 
-**Objective**: Carefully analyze the task description and extract the critical elements explicitly mentioned in the task for achieving its goal.
 
-**Instructions**:
-1. Read the task description carefully.
-2. Identify and extract **key points** directly stated in the task description (filters, values, constraints, the item to act on).
-3. Do not add requirements the task does not state.
+def parse_image_reply(reply: str) -> tuple[int, str]:
+    """``(score, reasoning)`` of one image reply, as WebJudge's code reads it: the first digit 1-5 after the first
+    "Score" (0 when there is none), and the first paragraph after "**Reasoning**:" on one line."""
+    if "Score" not in reply:
+        return 0, ""
+    digits = re.findall(r"[1-5]", reply.split("Score")[1])
+    if not digits:
+        return 0, ""
+    reasoning = reply.split("**Reasoning**:")[-1].strip().lstrip("\n").split("\n\n")[0].replace("\n", " ")
+    return int(digits[0]), reasoning
 
-**Respond with**:
-- **Key Points**: A numbered list of the explicit key points for completing this task, one per line.
 
-Task: {task}"""
-
-WEBJUDGE_IMAGE = """You are an expert evaluator tasked with determining whether an image contains information about the necessary steps to complete a task.
-
-**Objective**: Analyze the provided image and decide if it shows essential steps or evidence required for completing the task.
-
-Task: {task}
-Key Points for Task Completion: {key_points}
-
-**Respond with**:
-1. **Reasoning**: Explain whether the image contains the necessary steps or evidence.
-2. **Score**: A number from 1 (no relevant information) to 5 (clearly shows a necessary step or the final result), written as "Score: N"."""
-
-WEBJUDGE_OUTCOME = """You are an expert in evaluating the performance of a web navigation agent. The agent is designed to help a human user navigate a website to complete a task. Given the user's task, the agent's action history, key points for task completion, some potentially important web pages in the agent's trajectory and their reasons, your goal is to determine whether the agent has completed the task and achieved all requirements.
-
-Your response must strictly follow the following evaluation criteria!
-*Important Evaluation Criteria*:
-1: The filtered results must be displayed correctly. If filters were not properly applied (i.e., missing selection, missing confirmation, or no visible effect in results), the task is not considered successful.
-2: You must carefully check whether these snapshots and action history meet these key points. Ensure that specific filter conditions, such as "best," "highest," "cheapest," "latest," "most recent," "lowest," "closest," "highest-rated," "largest," and "newest" are correctly applied using the filter function (e.g., sort function).
-3: Certain key points or requirements should be applied by the filter. Otherwise, a search with all requirements as input will be deemed a failure since it cannot guarantee that all results meet the requirements!
-4: If the task requires filtering by a specific range of money, years, or the number of beds and bathrooms, the applied filter must exactly match the given requirement.
-5: Some tasks require a submission action or a display of results to be considered successful.
-6: If the retrieved information is invalid or empty (e.g., No match was found), but the agent has correctly performed the required action, it should still be considered successful.
-7: If the current page already displays all available items, then applying a filter is not necessary.
-
-*IMPORTANT*
-Format your response into two lines as shown below:
-
-Thoughts: <your thoughts and reasoning process based on double-checking each key points and the evaluation criteria>
-Status: "success" or "failure"
-
-User Task: {task}
-
-Key Points: {key_points}
-
-Action History:
-{history}
-
-Final answer: {answer}
-
-The potentially important snapshots of the webpage in the agent's trajectory and their reasons:
-{reasons}"""
+def parse_status(reply: str) -> bool | None:
+    """WebJudge's outcome: success when the text after the first "status:" (any case) contains "success"; None
+    when the reply has no "status:" (the benchmark's code scores that 0)."""
+    parts = reply.lower().split("status:")
+    return "success" in parts[1] if len(parts) > 1 else None
 
 
 class WebJudge(EndpointJudge):
-    """Online-Mind2Web's WebJudge: (1) key points from the task; (2) each screenshot scored 1-5 for evidence of
-    them, keeping those scoring >= ``score_threshold`` (at most ``max_images``); (3) the outcome from the task,
-    key points, the factual action history and the kept screenshots. ``context["screenshots"]``: PNG paths."""
+    """Online-Mind2Web's WebJudge (``src/methods/webjudge_online_mind2web.py`` and ``src/run.py``), three stages,
+    each a system message and one user message:
 
-    protocol, kind, slug = "online-mind2web-webjudge", "webjudge", "webjudge"
+    1. key points from the task text alone;
+    2. every screenshot (JPEG, ``detail: high``) scored 1-5 against the task and key points; the pages scoring at
+       least ``score_threshold`` are kept, with their reasoning, the *first* ``max_images`` of each;
+    3. the outcome from the task, key points, the factual action history (never the agent's answer, stop or
+       unparsed output: :func:`~rmsweb_kedro.benchmarks_data.submission.factual_actions`) and the kept pages with
+       their reasons, or, when none was kept, the no-image prompt; success when "success" follows "status:".
 
-    def __init__(self, endpoint: ChatEndpoint, score_threshold: int = 3, max_images: int = 50):
-        super().__init__(endpoint, {"score_threshold": score_threshold, "max_images": max_images})
+    ``context["screenshots"]``: the episode's pages in order (start page, then after every action), as in its
+    submission folder. Every call asks for at most ``max_tokens`` (512, the benchmark client's default).
+    """
+
+    kind, slug = "webjudge", "webjudge"
+    #: Online-Mind2Web's run.py: --score_threshold 3; MAX_IMAGE = 50 in webjudge_online_mind2web.py.
+    DEFAULT_THRESHOLD, DEFAULT_MAX_IMAGES, MAX_TOKENS = 3, 50, 512
+
+    def __init__(
+        self,
+        endpoint: ChatEndpoint,
+        score_threshold: int = DEFAULT_THRESHOLD,
+        max_images: int = DEFAULT_MAX_IMAGES,
+        official_prompts: str | Path | None = OFFICIAL_PROMPTS_DIR,
+        max_tokens: int = MAX_TOKENS,
+    ):
+        prompts = load_prompts(WEBJUDGE, official_prompts)
+        super().__init__(endpoint, prompts, {"score_threshold": score_threshold, "max_images": max_images})
         self.score_threshold = score_threshold
         self.max_images = max_images
+        self.max_tokens = max_tokens
 
-    def prompt_texts(self) -> tuple[str, ...]:
-        return (WEBJUDGE_KEY_POINTS, WEBJUDGE_IMAGE, WEBJUDGE_OUTCOME)
-
-    @staticmethod
-    def parse_score(text: str) -> int | None:
-        """The 1-5 score of an image reply ("Score: 4"), or None."""
-        found = re.findall(r"score\W*([1-5])\b", text, flags=re.IGNORECASE)
-        return int(found[-1]) if found else None
+    def _ask(self, system: str, content: list[dict[str, Any]]) -> tuple[str, Usage]:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": content}]
+        completion = self.endpoint.complete(messages, max_tokens=self.max_tokens)
+        return completion.text, completion.usage
 
     def judge(
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
     ) -> tuple[Verdict, Usage]:
+        from rmsweb_kedro.benchmarks_data.submission import factual_actions
+
+        p = self.prompts
         usage = Usage()
         try:
-            reply = self.endpoint.complete(
-                [{"role": "user", "content": WEBJUDGE_KEY_POINTS.format(task=task.instruction)}]
+            reply, used = self._ask(
+                p["key_points_system"], [text_part(p["key_points_user"].format(task=task.instruction))]
             )
-            usage += reply.usage
-            key_points = reply.text.split("Key Points", 1)[-1].lstrip("*: \n").strip() or reply.text.strip()
-            scored: list[dict[str, Any]] = []
+            usage += used
+            key_points = parse_key_points(reply)
+            scored, images, reasons = [], [], []
             for path in _screenshots(context):
-                prompt = WEBJUDGE_IMAGE.format(task=task.instruction, key_points=key_points)
-                image_reply = self.endpoint.complete(
-                    [{"role": "user", "content": [text_part(prompt), image_part(path)]}]
-                )
-                usage += image_reply.usage
-                scored.append(
-                    {
-                        "screenshot": Path(path).name,
-                        "score": self.parse_score(image_reply.text),
-                        "reason": image_reply.text.strip()[:400],
-                        "path": path,
-                    }
-                )
-            kept = [s for s in scored if (s["score"] or 0) >= self.score_threshold][-self.max_images :]
-            reasons = "\n".join(f"{i + 1}. {s['reason']}" for i, s in enumerate(kept)) or "(none)"
-            prompt = WEBJUDGE_OUTCOME.format(
+                prompt = p["image_user"].format(task=task.instruction, key_points=key_points)
+                reply, used = self._ask(p["image_system"], [text_part(prompt), jpeg_part(path)])
+                usage += used
+                score, reasoning = parse_image_reply(reply)
+                scored.append({"screenshot": Path(path).name, "score": score, "reasoning": reasoning})
+                if score >= self.score_threshold:
+                    images.append(jpeg_part(path, label="image/png"))
+                    if reasoning:
+                        reasons.append(reasoning)
+            images, reasons = images[: self.max_images], reasons[: self.max_images]
+            actions = factual_actions(steps)
+            template = p["outcome_user"] if images else p["outcome_user_no_images"]
+            shown = template.format(
                 task=task.instruction,
+                last_actions="\n".join(f"{i + 1}. {a}" for i, a in enumerate(actions)),
                 key_points=key_points,
-                history=action_history(steps),
-                answer=final_answer or "(none)",
-                reasons=reasons,
+                thoughts="\n".join(f"{i + 1}. {r}" for i, r in enumerate(reasons)),
             )
-            outcome = self.endpoint.complete(
-                [{"role": "user", "content": [text_part(prompt)] + [image_part(s["path"]) for s in kept]}]
-            )
-            usage += outcome.usage
+            outcome, used = self._ask(p["outcome_system"], [text_part(shown), *images])
+            usage += used
         except EndpointError as err:
             return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), usage
-        status = re.findall(r"status\W*(success|failure)", outcome.text, flags=re.IGNORECASE)
         details = self._details(
             key_points=key_points,
-            scores=[{k: s[k] for k in ("screenshot", "score")} for s in scored],
-            kept=[s["screenshot"] for s in kept],
-            raw_output=outcome.text,
+            scores=scored,
+            kept=[s["screenshot"] for s in scored if s["score"] >= self.score_threshold][: self.max_images],
+            input_text=shown,
+            raw_output=outcome,
         )
-        if not status:
-            details["error"] = 'no Status: "success" / "failure" in the judge\'s reply'
+        success = parse_status(outcome)
+        if success is None:
+            details["error"] = 'no "Status:" in the judge\'s reply (the benchmark scores it 0)'
             return self.verdict(False, "judge reply unparseable", details), usage
-        success = status[-1].lower() == "success"
-        return self.verdict(success, outcome.text.strip()[-500:], details), usage
+        return self.verdict(success, outcome.strip()[-500:], details), usage

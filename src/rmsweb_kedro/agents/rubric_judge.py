@@ -4,7 +4,8 @@ The judge model scores every criterion of the task's precomputed rubric (``task.
 description, max_points, optional condition) from the task, the agent's actions, its final answer and the last
 screenshots. The score is earned / total over the applicable criteria; the attempt succeeds when the score reaches
 the threshold (0.8, WebTailBench's outcome mode). A criterion with a condition the judge says does not hold leaves
-the total; an unconditional one always counts. The verdict records protocol, model, prompt version and threshold.
+the total; an unconditional one always counts. The verdict records its judge spec (protocol, model, prompt source
+and hash, threshold); WebTailBench publishes no verifier prompt, so the prompt source is always the project's.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointError, image_part, text_part
+from rmsweb_kedro.agents.judge_prompts import PromptSet
 from rmsweb_kedro.agents.openai_roles import EndpointJudge, action_history
 from rmsweb_kedro.schema import Step, Task, Usage, Verdict
 
 logger = logging.getLogger(__name__)
 
 PROMPT_VERSION = "rubric-v1"
+PROTOCOL = "webtailbench/rubric"
 DEFAULT_THRESHOLD = 0.8
 
 SYSTEM_PROMPT = """You verify the work of a web agent against a grading rubric.
@@ -110,10 +113,8 @@ class RubricJudge(EndpointJudge):
     :class:`~rmsweb_kedro.agents.endpoint.ChatEndpoint` (its retries and cost account).
     ``context["screenshots"]``: the attempt's PNG paths, oldest first (optional)."""
 
-    protocol = "webtailbench-rubric"
     kind = "rubric"
     slug = "rubric"
-    prompt_version = PROMPT_VERSION
 
     def __init__(
         self,
@@ -122,13 +123,12 @@ class RubricJudge(EndpointJudge):
         last_k: int = 3,
         reply_attempts: int = 2,
     ):
-        super().__init__(endpoint, {"success_score": threshold, "last_k_screenshots": last_k})
+        # WebTailBench publishes no verifier prompt: this judge always uses the project's wording.
+        prompts = PromptSet(PROTOCOL, {"system": SYSTEM_PROMPT}, "project", f"rmsweb_kedro/{PROMPT_VERSION}")
+        super().__init__(endpoint, prompts, {"success_score": threshold, "last_k_screenshots": last_k})
         self.threshold = threshold
         self.last_k = last_k
         self.reply_attempts = reply_attempts
-
-    def prompt_texts(self) -> tuple[str, ...]:
-        return (SYSTEM_PROMPT,)
 
     def messages(
         self, task: Task, steps: list[Step], final_answer: str | None, screenshots: list[str]

@@ -1,4 +1,5 @@
-"""``python -m rmsweb_kedro.benchmarks_data download --dest data/01_raw/benchmarks``: fetch the task files;
+"""``python -m rmsweb_kedro.benchmarks_data download --dest data/01_raw/benchmarks``: fetch the task files and the
+official judge prompts (``prompts/``, at pinned commits; ``--only tasks|prompts`` for one kind);
 ``... check --root DIR``: load every file found and print accepted/quarantined counts."""
 
 from __future__ import annotations
@@ -7,7 +8,13 @@ import argparse
 import logging
 import sys
 
-from rmsweb_kedro.benchmarks_data.download import REMOTE_FILES, DownloadError, download, mirrored
+from rmsweb_kedro.benchmarks_data.download import (
+    PROMPT_FILES,
+    REMOTE_FILES,
+    DownloadError,
+    download,
+    mirrored,
+)
 from rmsweb_kedro.benchmarks_data.loaders import BenchmarkFileError, load_folder
 
 
@@ -18,13 +25,19 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--dest", default="data/01_raw/benchmarks")
     fetch.add_argument("--timeout", type=float, default=30.0, help="seconds per file")
     fetch.add_argument("--mirror", help="fetch <MIRROR>/<file name> instead of the public homes")
+    fetch.add_argument(
+        "--only", choices=["tasks", "prompts"], help="the task files or the judge prompts only"
+    )
     check = commands.add_parser("check", help="load every benchmark file in a folder and print the counts")
     check.add_argument("--root", default="data/01_raw/benchmarks")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         if args.command == "download":
-            files = mirrored(args.mirror) if args.mirror else REMOTE_FILES
+            chosen = {"tasks": REMOTE_FILES, "prompts": PROMPT_FILES}.get(
+                args.only, REMOTE_FILES + PROMPT_FILES
+            )
+            files = mirrored(args.mirror, chosen) if args.mirror else chosen
             for name, path in download(args.dest, files, timeout_s=args.timeout).items():
                 print(f"{name}\t{path}")
         else:

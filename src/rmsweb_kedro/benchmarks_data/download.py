@@ -1,4 +1,5 @@
-"""Download the benchmark task files from their public homes (raw.githubusercontent.com) for users with a network.
+"""Download the benchmark task files and the official judge prompts from their public homes
+(raw.githubusercontent.com) for users with a network.
 
 Files are written under the standard names the loaders use (see :func:`loaders.load_folder`). Each file's
 SHA-256 as copied into this project's ``shared/benchmarks`` is recorded: a different digest means upstream
@@ -62,6 +63,40 @@ REMOTE_FILES: tuple[RemoteFile, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class PromptFile(RemoteFile):
+    """A benchmark's official evaluation source, pinned at a commit, whose prompt texts a judge uses verbatim
+    (:mod:`rmsweb_kedro.agents.judge_prompts`)."""
+
+    protocol: str = ""
+
+    @property
+    def ref(self) -> str:
+        """``owner/repo@commit:path`` of the pinned file."""
+        owner, repo, commit, path = self.url.removeprefix(f"{_RAW}/").split("/", 3)
+        return f"{owner}/{repo}@{commit}:{path}"
+
+
+#: The official judge prompts, beside the task files under ``prompts/``. Online-Mind2Web's WebJudge is read from
+#: the copy of the benchmark's evaluation code in microsoft/fara (the same repository as its task file); WebVoyager's
+#: auto-evaluation from its own repository.
+PROMPT_FILES: tuple[PromptFile, ...] = (
+    PromptFile(
+        "prompts/online_mind2web_webjudge.py",
+        f"{_RAW}/microsoft/fara/3f3f1fd82cc2769a6630932d1670bac7349f4a42/webeval/src/webeval/benchmarks/om2w/"
+        "impl/src/methods/webjudge_online_mind2web.py",
+        "90a8d7a0d8cdadff0a111d2ce13085ced86a028e9f59abe003d64869b5e42d1b",
+        protocol="online-mind2web/webjudge",
+    ),
+    PromptFile(
+        "prompts/webvoyager_auto_eval.py",
+        f"{_RAW}/MinorJerry/WebVoyager/5a7896738c10bfb8b9edccce6bb0e0411f8ae569/evaluation/auto_eval.py",
+        "eb86b5a06e4fca1c483ce9a93812d505b69502d8ed3a6620affe14a188503f98",
+        protocol="webvoyager/auto-eval",
+    ),
+)
+
+
 def mirrored(base_url: str, files: tuple[RemoteFile, ...] = REMOTE_FILES) -> tuple[RemoteFile, ...]:
     """The same files fetched from ``<base_url>/<name>`` (an internal mirror or a local copy served over HTTP)."""
     return tuple(RemoteFile(f.name, f"{base_url.rstrip('/')}/{f.name}", f.sha256) for f in files)
@@ -103,6 +138,7 @@ def download(
                 digest,
                 remote.sha256,
             )
+        target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".part")
         partial.write_bytes(content)
         partial.replace(target)

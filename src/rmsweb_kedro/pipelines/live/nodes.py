@@ -1,30 +1,29 @@
 """Nodes of the ``live`` pipeline: a policy on real websites (benchmark tasks), judged by the LLM judges each
-benchmark prescribes, with results also written in Online-Mind2Web's submission format. Episodes run through
-:func:`~rmsweb_kedro.rollouts.run_rollouts` (threads or a Ray cluster, ``params:rollouts``) and stop at critical
-points (paying, submitting personal data, sending a message: ``termination="critical_point"``, counted apart).
+benchmark prescribes, the Online-Mind2Web tasks also written as that benchmark's submission folder. Episodes run
+through :func:`~rmsweb_kedro.rollouts.run_rollouts` (threads or a Ray cluster, ``params:rollouts``) and stop at
+critical points (paying, submitting personal data, sending a message: ``termination="critical_point"``, counted
+apart).
 
-Judges by ``task.judge.kind`` (one OpenAI-compatible endpoint serves them all): ``webvoyager`` -> WebVoyager's judge,
-``webjudge`` -> Online-Mind2Web's WebJudge, ``rubric`` -> the WebTailBench rubric verifier, ``reference_answer``
--> :class:`ExactAnswerJudge` (GAIA's exact-match scoring, no model). Submission layout, one folder per task::
-
-    <out>/<task_id>/result.json       {"task_id", "task", "final_result_response", "action_history", "thoughts"}
-    <out>/<task_id>/trajectory/<i>_full_screenshot.png
+Judges by ``task.judge.kind`` (one OpenAI-compatible endpoint serves them all unless ``judge_models`` names a model
+per kind): ``webvoyager`` -> WebVoyager's auto-evaluation, ``webjudge`` -> Online-Mind2Web's WebJudge, ``rubric``
+-> the WebTailBench rubric verifier, ``reference_answer`` -> :class:`ExactAnswerJudge` (GAIA's exact-match scoring,
+no model). The submission folder's contract: :mod:`rmsweb_kedro.benchmarks_data.submission`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
-import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.actions import format_action, normalize_answer
+from rmsweb_kedro.actions import normalize_answer
 from rmsweb_kedro.agents.endpoint import EndpointConfig
+from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema, write_submission
 from rmsweb_kedro.rollouts import (
     CriticalPoints,
     EpisodeSettings,
@@ -59,9 +58,16 @@ class LiveParams(BaseModel):
         default=None, ge=1, description="drawn with the seed; null: all"
     )
     seed: int = 0
+    runs: int = Field(
+        default=1, ge=1, description="independent runs over the tasks (output_dir/run_<k> when > 1)"
+    )
     max_steps: int = Field(default=30, ge=1)
+    max_steps_by_benchmark: dict[str, int] = Field(default_factory=dict)  # a benchmark's own step limit
     n_envs: int = Field(default=1, ge=1, description="browsers at once (threads, or Ray actors)")
     judge: EndpointConfig | None = None  # one OpenAI-compatible endpoint for every LLM judge
+    judge_models: dict[str, str] = Field(default_factory=dict)  # judge kind -> model, same endpoint otherwise
+    official_prompts: str | None = "data/01_raw/benchmarks"  # where `benchmarks_data download` put prompts/
+    submission_schema: SubmissionSchema = "v1"  # Online-Mind2Web's result.json schema
     rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
     credentials_file: str = "conf/local/credentials.yml"
     output_dir: str = "data/07_model_output/live"
@@ -98,14 +104,25 @@ class ExactAnswerJudge:
 
 
 class JudgeByKind:
-    """The :class:`~rmsweb_kedro.agents.base.Judge` each task's ``judge.kind`` asks for, built once per kind."""
+    """The :class:`~rmsweb_kedro.agents.base.Judge` each task's ``judge.kind`` asks for, built once per kind.
+    ``endpoint`` serves every LLM judge unless ``endpoints`` names one for its kind (the benchmarks ask for
+    different judge models); ``official_prompts`` is the folder ``benchmarks_data download`` wrote into."""
 
     name = "live-judges"
 
-    def __init__(self, endpoint: Any, rubric_threshold: float = 0.8):
+    def __init__(
+        self,
+        endpoint: Any,
+        rubric_threshold: float = 0.8,
+        official_prompts: str | Path | None = None,
+        endpoints: dict[str, Any] | None = None,
+    ):
         self.endpoint = endpoint
+        self.endpoints = endpoints or {}
         self.rubric_threshold = rubric_threshold
+        self.official_prompts = official_prompts
         self._judges: dict[str, Any] = {}
+        self._last = threading.local()  # the endpoint of this thread's last verdict, for cost_of
 
     def for_task(self, task: Task) -> Any:
         kind = task.judge.kind
@@ -113,10 +130,11 @@ class JudgeByKind:
             from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
             from rmsweb_kedro.agents.rubric_judge import RubricJudge
 
+            endpoint, prompts = self.endpoints.get(kind, self.endpoint), self.official_prompts
             makers = {
-                "webvoyager": lambda: WebVoyagerJudge(self.endpoint),
-                "webjudge": lambda: WebJudge(self.endpoint),
-                "rubric": lambda: RubricJudge(self.endpoint, threshold=self.rubric_threshold),
+                "webvoyager": lambda: WebVoyagerJudge(endpoint, official_prompts=prompts),
+                "webjudge": lambda: WebJudge(endpoint, official_prompts=prompts),
+                "rubric": lambda: RubricJudge(endpoint, threshold=self.rubric_threshold),
                 "reference_answer": ExactAnswerJudge,
             }
             if kind not in makers:
@@ -127,37 +145,13 @@ class JudgeByKind:
     def judge(
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
     ) -> tuple[Verdict, Usage]:
-        return self.for_task(task).judge(task, steps, final_answer, context)
+        judge = self.for_task(task)
+        self._last.endpoint = getattr(judge, "endpoint", None)
+        return judge.judge(task, steps, final_answer, context)
 
     def cost_of(self, usage: Usage) -> float:
-        return self.endpoint.cost(usage)
-
-
-def write_submission(trajectory: Trajectory, task: Task, shots_root: Path, out_dir: Path) -> Path:
-    """Online-Mind2Web's submission folder of one attempt; ``shots_root`` is what step screenshots are relative to.
-    Returns the task folder."""
-    folder = out_dir / task.id
-    images = folder / "trajectory"
-    if images.exists():
-        shutil.rmtree(images)
-    images.mkdir(parents=True)
-    for number, step in enumerate(s for s in trajectory.steps if s.screenshot):
-        shutil.copyfile(shots_root / step.screenshot, images / f"{number}_full_screenshot.png")
-    final = next(
-        (s.action.text for s in reversed(trajectory.steps) if s.action and s.action.type == "answer"), None
-    )
-    result = {
-        "task_id": task.id,
-        "task": task.instruction,
-        "final_result_response": final or "",
-        "action_history": [
-            format_action(s.action) if s.action else f"<unparsed: {s.raw_output or ''}>"
-            for s in trajectory.steps
-        ],
-        "thoughts": [s.thought or "" for s in trajectory.steps],
-    }
-    (folder / "result.json").write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
-    return folder
+        endpoint = getattr(self._last, "endpoint", None)
+        return endpoint.cost(usage) if endpoint is not None else 0.0
 
 
 def run_live(
@@ -171,10 +165,14 @@ def run_live(
     rollouts: dict[str, Any] | None = None,
     critical_points: CriticalPoints | None = None,
     journal: Journal | None = None,
+    step_limits: dict[str, int] | None = None,
+    submission_schema: SubmissionSchema = "v1",
 ) -> list[Trajectory]:
-    """One attempt per task (``roles``: the agent and :class:`JudgeByKind`), judged by each task's judge, on the
-    ``rollouts`` backend; trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the
-    ``raw_trajectories`` format) with their screenshots, and each attempt to the Online-Mind2Web submission."""
+    """One attempt per task (``roles``: the agent and :class:`JudgeByKind`) within its benchmark's step limit
+    (``step_limits`` by task source, else ``max_steps``), judged by each task's judge, on the ``rollouts`` backend;
+    trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the ``raw_trajectories``
+    format) with their screenshots, and each Online-Mind2Web attempt to that benchmark's submission folder
+    (:mod:`rmsweb_kedro.benchmarks_data.submission`, schema ``submission_schema``)."""
     out = Path(out_dir)
     shots_root = out / "screenshots"
     submission = out / "online_mind2web"
@@ -182,7 +180,7 @@ def run_live(
         EpisodeSpec(
             key=task.id,
             task=task,
-            max_steps=max_steps,
+            max_steps=(step_limits or {}).get(task.source, max_steps),
             trajectory_id=f"live__{task.id}",
             screenshot_dir=str(shots_root / task.id),
             relative_to=str(shots_root),
@@ -202,7 +200,13 @@ def run_live(
     )
     trajectories = [trajectory for (trajectory,) in results]
     for task, trajectory in zip(tasks, trajectories, strict=True):
-        write_submission(trajectory, task, shots_root, submission)
+        # The task's screenshot folder holds every page the episode saw, in order (an episode empties it first).
+        pages = sorted((shots_root / task.id).glob("*.png"))
+        try:
+            write_submission(trajectory, task, pages, submission, submission_schema)
+        except ValueError as err:  # a page missing from the episode: recorded, the run goes on
+            logger.error("live %s: no submission folder: %s", task.id, err)
+            trajectory.metadata["submission_error"] = str(err)
         logger.info("live %s: success=%s (%s)", task.id, trajectory.success, trajectory.termination)
     # Screenshot paths in the file are relative to its folder, as raw trajectory files require.
     lines = [
@@ -244,7 +248,12 @@ def select_live_tasks(
     return tasks_to_frame(chosen), report
 
 
-LIVE_RESULT_SCHEMA_EXTRA = {"benchmark": pl.String, "score": pl.Float64}
+LIVE_RESULT_SCHEMA_EXTRA = {
+    "benchmark": pl.String,
+    "score": pl.Float64,
+    "judge_protocol": pl.String,
+    "judge_prompt_source": pl.String,  # official, project (the fallback wording) or none (programmatic)
+}
 
 
 def run_live_tasks(
@@ -270,47 +279,54 @@ def run_live_tasks(
         return pl.DataFrame(schema=schema)
     acting = load_policy(model, EvaluateParams.model_validate({"policy": policy}), greedy=True)
     endpoint, credentials, threshold = live.judge, live.credentials_file, live.rubric_threshold
+    models, official_prompts = live.judge_models, live.official_prompts
 
     def judges(_server: Any) -> JudgeByKind:  # built where the browser runs (a thread, or a Ray actor)
         from rmsweb_kedro.agents.endpoint import ChatEndpoint
 
-        return JudgeByKind(ChatEndpoint(endpoint, credentials), rubric_threshold=threshold)
+        per_kind = {
+            kind: ChatEndpoint(endpoint.model_copy(update={"model": name}), credentials)
+            for kind, name in models.items()
+        }
+        return JudgeByKind(ChatEndpoint(endpoint, credentials), threshold, official_prompts, per_kind)
 
-    decisive = live.model_dump(mode="json", include={"max_steps", "judge", "rubric_threshold", "model_label",
-                                                     "critical_points"})  # fmt: skip
-    trajectories = run_live(
-        tasks,
-        Roles(agent=lambda _seed: acting, judge=judges),
-        live.output_dir,
-        live.max_steps,
-        browser=live.browser,
-        browsers=live.n_envs,
-        rollouts=rollouts,
-        critical_points=live.critical_points,
-        journal=Journal(Path(live.output_dir) / "journal.jsonl", fingerprint(decisive))
-        if live.resume
-        else None,
-    )
+    decisive = live.model_dump(mode="json", include={"max_steps", "max_steps_by_benchmark", "judge",
+                                                     "judge_models", "official_prompts", "rubric_threshold",
+                                                     "model_label", "critical_points"})  # fmt: skip
     rows = []
-    for task, trajectory in zip(tasks, trajectories, strict=True):
-        score = trajectory.verdict.details.get("score") if trajectory.verdict else None
-        rows.append(
-            trajectory_row(trajectory)
-            | {
-                "model": live.model_label,
-                "run": 0,
-                "level": task.level,
-                "split": task.split,
-                "held_out": True,
-            }
-            | {"benchmark": task.source, "score": score}
+    for run in range(live.runs):
+        out = Path(live.output_dir) / f"run_{run}" if live.runs > 1 else Path(live.output_dir)
+        trajectories = run_live(
+            tasks,
+            Roles(agent=lambda _seed: acting, judge=judges),
+            out,
+            live.max_steps,
+            browser=live.browser,
+            browsers=live.n_envs,
+            rollouts=rollouts,
+            critical_points=live.critical_points,
+            journal=Journal(out / "journal.jsonl", fingerprint(decisive)) if live.resume else None,
+            step_limits=live.max_steps_by_benchmark,
+            submission_schema=live.submission_schema,
         )
+        for task, trajectory in zip(tasks, trajectories, strict=True):
+            verdict = trajectory.verdict
+            spec = verdict.judged_by if verdict else None
+            rows.append(
+                trajectory_row(trajectory)
+                | {"model": live.model_label, "run": run, "level": task.level, "split": task.split,
+                   "held_out": True, "benchmark": task.source,
+                   "score": verdict.details.get("score") if verdict else None,
+                   "judge_protocol": spec.protocol if spec else None,
+                   "judge_prompt_source": spec.prompt_source if spec else None}
+            )  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
 
 
 def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
     """Per benchmark: tasks, environment errors, critical points reached, successes (k/n) and success rate with
-    its Wilson interval, steps on solved tasks, tokens and cost per task (judges' cost included)."""
+    its Wilson interval, the spread of the per-run rates, steps on solved tasks, tokens and cost per task (judges'
+    cost included), and whether the number follows the benchmark's official protocol (``protocol``)."""
     from rmsweb_kedro.pipelines.evaluate.nodes import success_summary
     from rmsweb_kedro.reporting import with_counts
 
@@ -325,4 +341,16 @@ def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFram
         | dict.fromkeys(["success_rate", "success_low", "success_high", "run_std", "steps_on_solved",
                          "tokens_per_task", "cost_per_task_usd", "wall_s_per_task"], pl.Float64),
     )  # fmt: skip
-    return with_counts(frame).drop("run_std")
+    protocols = [protocol_label(results, name) for name in frame["benchmark"]]
+    return with_counts(frame).with_columns(protocol=pl.Series(protocols, dtype=pl.String))
+
+
+def protocol_label(results: pl.DataFrame, benchmark: str) -> str:
+    """``official protocol`` only when every judged episode of ``benchmark`` used the benchmark's own prompts (or
+    a programmatic check); otherwise the number is not called official, and the label says why."""
+    sources = set(results.filter(pl.col("benchmark") == benchmark)["judge_prompt_source"].drop_nulls())
+    if not sources:
+        return "not judged"
+    if "project" in sources:
+        return "project wording, not the official protocol (fetch the official prompts: docs/evaluate.md)"
+    return "official protocol"
