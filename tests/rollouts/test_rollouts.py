@@ -14,7 +14,7 @@ import yaml
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
 from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA
-from rmsweb_kedro.pipelines.live.nodes import LiveParams, summarize_live
+from rmsweb_kedro.pipelines.live.nodes import LIVE_RESULT_SCHEMA_EXTRA, LiveParams, summarize_live
 from rmsweb_kedro.rollouts import (
     CriticalPoints,
     EpisodeSettings,
@@ -102,8 +102,13 @@ def test_live_mode_stops_at_the_checkout_and_reports_it_apart(needs_chromium, sa
     assert 'button "Place order"' in guarded.metadata["critical_point"]
 
     extra = {"model": "teacher", "run": 0, "level": task.level, "split": task.split, "held_out": True}
-    rows = [trajectory_row(t) | extra | {"benchmark": "sandbox", "score": None} for t in (guarded, unguarded)]
-    summary = summarize_live(pl.DataFrame(rows, schema={**EPISODE_SCHEMA, "benchmark": pl.String}), {})
+    rows = [
+        trajectory_row(t)
+        | extra
+        | {"benchmark": "sandbox", "judge_prompt_source": t.verdict.judged_by.prompt_source}
+        for t in (guarded, unguarded)
+    ]
+    summary = summarize_live(pl.DataFrame(rows, schema={**EPISODE_SCHEMA, **LIVE_RESULT_SCHEMA_EXTRA}), {})
     assert summary.select("episodes", "env_errors", "critical_points").row(0) == (2, 0, 1)
 
 
