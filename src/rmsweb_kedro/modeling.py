@@ -401,9 +401,23 @@ def load_model(config: LoadConfig | dict[str, Any]):
     if config.attn_implementation:
         kwargs["attn_implementation"] = config.attn_implementation
     model = Qwen3VLForConditionalGeneration.from_pretrained(config.path, **kwargs)
+    forbid_vision_tokens(model)
     if config.lora is not None:
         model = add_lora(model, config.lora)
     return place_model(model, config.device), load_processor(config.path)
+
+
+def forbid_vision_tokens(model) -> None:
+    """Never sample the vision placeholders (``<|image_pad|>`` ...): a reply holding one would be taken for an image
+    slot by every later forward with images (Salvage-DS's training forward fails on the count mismatch)."""
+    config = model.config
+    ids = [
+        config.image_token_id,
+        config.video_token_id,
+        config.vision_start_token_id,
+        config.vision_end_token_id,
+    ]
+    model.generation_config.suppress_tokens = sorted({int(i) for i in ids if i is not None})
 
 
 def add_lora(model, settings: LoraSettings):
@@ -517,6 +531,7 @@ def build_tiny_model(corpus_texts: list[str], config: TinyModelConfig | dict[str
     model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     model.generation_config.bos_token_id = None
+    forbid_vision_tokens(model)
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=config.vision_patch_size,
         merge_size=2,

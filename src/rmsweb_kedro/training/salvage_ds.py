@@ -361,13 +361,36 @@ def prepare_states(states: list[dict], processor, prompt_config) -> list[Prepare
     return prepared
 
 
+def vision_inputs(rows: list[dict], prompt_config, processor) -> dict[str, torch.Tensor]:
+    """The image inputs of the prompts of ``rows``, in row order: ``pixel_values`` (patches, C * 2 * 16 * 16) and
+    ``image_grid_thw`` (images, 3), what the processor gave the sampler for the same prompts (so a forward over
+    their ids sees the same pixels); ``{}`` when the prompts show no screenshot."""
+    from PIL import Image
+
+    from rmsweb_kedro.prompts import build_messages, image_paths
+
+    paths = [path for row in rows for path in image_paths(build_messages(row, prompt_config)[0])]
+    if not paths:
+        return {}
+    images = [Image.open(path).convert("RGB") for path in paths]
+    out = processor.image_processor(images=images, return_tensors="pt")
+    return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+
+
 def continuation_logits(
-    model, prompts: list[list[int]], continuations: list[list[int]], pad_id: int
+    model,
+    prompts: list[list[int]],
+    continuations: list[list[int]],
+    pad_id: int,
+    vision: dict[str, torch.Tensor] | None = None,
+    image_token_id: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One forward over prompt + continuation rows: ``(logits (B, C, V), targets (B, C), mask (B, C))`` where
     ``logits[:, t]`` predicts ``targets[:, t]``, the t-th continuation token. Prompts are left-padded and
     continuations right-padded, so the continuations line up and only C + 1 positions of logits are computed
-    (the vocabulary of a real model is large)."""
+    (the vocabulary of a real model is large). ``vision`` (:func:`vision_inputs` of the rows' states): the
+    screenshots the prompts show, passed with ``mm_token_type_ids`` (1 on ``image_token_id``), so the log-probs
+    are the policy's given the image."""
     prompt_width = max(len(p) for p in prompts)
     width = max(len(c) for c in continuations)
     ids, attention = [], []
@@ -377,8 +400,15 @@ def continuation_logits(
         attention.append([0] * left + [1] * (len(prompt) + len(continuation)) + [0] * right)
     device = next(model.parameters()).device
     ids_t = torch.tensor(ids, device=device)
+    images = {}
+    if vision:
+        images = {k: v.to(device) for k, v in vision.items()}
+        images["mm_token_type_ids"] = (ids_t == image_token_id).long()
     out = model(
-        input_ids=ids_t, attention_mask=torch.tensor(attention, device=device), logits_to_keep=width + 1
+        input_ids=ids_t,
+        attention_mask=torch.tensor(attention, device=device),
+        logits_to_keep=width + 1,
+        **images,
     )
     mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in continuations], device=device)
     return out.logits[:, :-1], ids_t[:, prompt_width:], mask
@@ -414,9 +444,13 @@ class SalvageDSStep:
     """The shared loop's ``rollout`` and ``loss_fn`` for Salvage-DS.
 
     ``rollout``: sample G replies per state with the current policy, score and gate each group, and freeze what
-    the mu updates share: the rows to train (accepted samples, anchored references), the advantages and, when
-    mu > 1, log pi_old (with mu = 1, pi_old is pi_theta at the only update: ``logp.detach()``, one forward less).
-    ``__call__`` (the loss_fn): L (module docstring) on those rows with the current pi_theta."""
+    the mu updates share: the rows to train (accepted samples, anchored references) with their screenshots'
+    image inputs, the advantages and, when mu > 1, log pi_old (with mu = 1, pi_old is pi_theta at the only update:
+    ``logp.detach()``, one forward less). ``__call__`` (the loss_fn): L (module docstring) on those rows with the
+    current pi_theta, normalised by the step's counts (``loss_tokens``/``step_tokens``, the loop's contract).
+
+    The frozen reference pi_ref (beta > 0): ``reference_model`` when given, else the policy itself with its LoRA
+    adapter disabled (peft's ``disable_adapter()``: no second copy of the weights)."""
 
     def __init__(
         self,
@@ -426,17 +460,11 @@ class SalvageDSStep:
         reference_model=None,
         updates_per_batch: int = 1,
     ):
-        if p.beta > 0 and reference_model is None:
-            raise ValueError("beta > 0 needs the frozen reference model (the SFT policy)")
-        if "screenshot" in prompt_config.observation:
-            raise ValueError(
-                "salvage_ds trains on text prompts only: the training forward does not pass screenshots "
-                "(prompt.observation must not name 'screenshot'); competence evaluation does support them"
-            )
         self.p = p
         self.processor = processor
         self.prompt_config = prompt_config
         self.pad_id = processor.tokenizer.pad_token_id
+        self.image_token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
         self.reference_model = reference_model
         self.updates_per_batch = updates_per_batch
 
@@ -445,7 +473,9 @@ class SalvageDSStep:
         policy = getattr(model, "module", model)  # a DDP wrapper has no generate: use the bare module
         groups = sample_groups(policy, self.processor, states, self.prompt_config, p, p.group_size)
 
-        accepted: list[tuple[list[int], list[int], float]] = []  # (prompt, reply, advantage)
+        accepted: list[
+            tuple[list[int], list[int], float, PreparedState]
+        ] = []  # (prompt, reply, advantage, state)
         anchored: list[PreparedState] = []
         rejections = dict.fromkeys(REJECT_REASONS, 0)
         rewards_all, right_all, parsed_all = [], [], []
@@ -459,7 +489,8 @@ class SalvageDSStep:
             if reason is None:
                 advantages = group_advantages(torch.tensor([rewards]), p)[0].tolist()
                 accepted += [
-                    (s.prompt_ids, s.completion_ids, a) for s, a in zip(samples, advantages, strict=True)
+                    (s.prompt_ids, s.completion_ids, a, state)
+                    for s, a in zip(samples, advantages, strict=True)
                 ]
             else:
                 rejections[reason] += 1
@@ -478,20 +509,27 @@ class SalvageDSStep:
             [s.reply_action_mask + [0] * (width - len(s.reply_action_mask)) for s in anchored],
             dtype=torch.long,
         ).reshape(len(anchored), width)
+        vision = vision_inputs(
+            [a[3].row for a in accepted] + [s.row for s in rows], self.prompt_config, self.processor
+        )
+        vision = {k: v.to(device) for k, v in vision.items()}
         n_groups = len(states)
         return {
             "prompts": prompts,
             "replies": replies,
+            **vision,  # pixel_values, image_grid_thw of every row (top level: the loop moves and saves them)
             "n_accepted": n_acc,
             "advantages": torch.tensor([a[2] for a in accepted], device=device),
             "anchor_mask": anchor_mask.to(device),
+            # N_o and N_a of this micro-batch; the loop sums them over the step (``step_tokens``)
+            "loss_tokens": {"completion": sum(len(a[1]) for a in accepted), "anchor": int(anchor_mask.sum())},
             "old_logp": (
-                self._logprobs(policy, prompts[:n_acc], replies[:n_acc], width)
+                self._logprobs(policy, prompts, replies, vision)[:n_acc]
                 if self.updates_per_batch > 1 and n_acc
                 else None
             ),
             "ref_logp": (
-                self._logprobs(self.reference_model.to(device), prompts[:n_acc], replies[:n_acc], width)
+                self._reference_logprobs(policy, prompts, replies, vision)[:n_acc]
                 if p.beta > 0 and n_acc
                 else None
             ),
@@ -509,7 +547,9 @@ class SalvageDSStep:
 
     def __call__(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
         p, n_acc = self.p, batch["n_accepted"]
-        logits, targets, mask = continuation_logits(model, batch["prompts"], batch["replies"], self.pad_id)
+        logits, targets, mask = continuation_logits(
+            model, batch["prompts"], batch["replies"], self.pad_id, self._vision(batch), self.image_token_id
+        )
         rows = logits.shape[0]
         temperature = torch.tensor([p.temperature] * n_acc + [1.0] * (rows - n_acc), device=logits.device)
         logp = token_logprobs(logits, targets, temperature.view(-1, 1, 1))
@@ -522,11 +562,11 @@ class SalvageDSStep:
             old_logp=old_logp,
             advantages=batch["advantages"],
             completion_mask=acc_mask,
-            n_completion_tokens=int(acc_mask.sum()),
+            n_completion_tokens=batch["step_tokens"]["completion"],
             ref_logp=batch["ref_logp"],
             anchor_logp=logp[n_acc:],
             anchor_mask=anchor_mask,
-            n_anchor_tokens=int(anchor_mask.sum()),
+            n_anchor_tokens=batch["step_tokens"]["anchor"],
         )
         loss = parts.loss + 0.0 * logp.sum()
 
@@ -547,13 +587,31 @@ class SalvageDSStep:
         }
         return loss, metrics
 
-    def _logprobs(self, model, prompts, replies, width: int) -> torch.Tensor:
-        """log pi (no gradient) of the accepted replies under ``model`` (pi_old, or pi_ref), right-padded to the
-        training forward's ``width`` (anchor rows may be longer); padding positions are masked out of the loss."""
+    @staticmethod
+    def _vision(batch: dict) -> dict[str, torch.Tensor]:
+        return {k: batch[k] for k in ("pixel_values", "image_grid_thw") if k in batch}
+
+    def _logprobs(self, model, prompts, replies, vision: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log pi (no gradient) of every training row under ``model`` (pi_old, or pi_ref), shaped like the training
+        forward's (the same rows and width); padding positions are masked out of the loss."""
         with torch.no_grad():
-            logits, targets, _ = continuation_logits(model, prompts, replies, self.pad_id)
-            logp = token_logprobs(logits, targets, self.p.temperature)
-        return torch.nn.functional.pad(logp, (0, width - logp.shape[1]))
+            logits, targets, _ = continuation_logits(
+                model, prompts, replies, self.pad_id, vision, self.image_token_id
+            )
+            return token_logprobs(logits, targets, self.p.temperature)
+
+    def _reference_logprobs(self, policy, prompts, replies, vision: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log pi_ref of every training row: the reference model's, or the policy's with its adapter disabled."""
+        if self.reference_model is not None:
+            device = next(policy.parameters()).device
+            return self._logprobs(self.reference_model.to(device), prompts, replies, vision)
+        if not hasattr(policy, "disable_adapter"):
+            raise ValueError(
+                "beta > 0 needs the frozen reference: a LoRA policy (the reference is its adapter disabled) or a "
+                "reference_model (a full-weight copy of the SFT policy)"
+            )
+        with policy.disable_adapter():
+            return self._logprobs(policy, prompts, replies, vision)
 
 
 def evaluate_competence(
@@ -623,7 +681,9 @@ def train_salvage_ds(
     from rmsweb_kedro.training.loop import train_loop
 
     prepared = prepare_states(train_states, processor, prompt_config)
-    reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 else None
+    # with LoRA the reference is the policy with its adapter disabled; a full-weight policy needs a frozen copy
+    full_weights = not hasattr(model, "disable_adapter")
+    reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 and full_weights else None
     step = SalvageDSStep(p, processor, prompt_config, reference, loop_config.updates_per_batch)
     return train_loop(
         model,
