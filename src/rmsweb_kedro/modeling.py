@@ -176,6 +176,9 @@ class ReleasedLayoutConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vocab_size: int = Field(default=1024, description="BPE vocabulary target (added tokens come after it)")
+    vocab_rows: int | None = Field(
+        default=None, description="embedding/LM-head rows; None: the tokenizer's size rounded up to 64"
+    )
     hidden_size: int = 64
     intermediate_size: int = 128
     num_hidden_layers: int = 2
@@ -191,15 +194,13 @@ class ReleasedLayoutConfig(BaseModel):
     seed: int = 0
 
 
-def write_released_layout(
-    path: str | Path, corpus_texts: list[str], config: ReleasedLayoutConfig | dict[str, Any] | None = None
-) -> Path:
-    """Write a random Qwen3-VL-Instruct checkpoint dir shaped like the released ones and return its path:
-    ``config.json`` (vision tower with deepstack, M-RoPE, Qwen's token ids), a BPE tokenizer trained on
+def released_layout_model(
+    corpus_texts: list[str], config: ReleasedLayoutConfig | dict[str, Any] | None = None, device: str = "cpu"
+):
+    """``(model, processor)``: a random Qwen3-VL-Instruct shaped like the released ones, built on ``device``:
+    ``config`` with a vision tower with deepstack layers, M-RoPE and Qwen's token ids, a BPE tokenizer trained on
     ``corpus_texts`` with Qwen's added tokens after the vocabulary, the released chat template (no generation
-    markers; also as ``chat_template.json``), the released image processor and generation defaults."""
-    import json
-
+    markers), image processor and generation defaults."""
     import torch
     from transformers import (
         GenerationConfig,
@@ -209,14 +210,13 @@ def write_released_layout(
     )
 
     config = ReleasedLayoutConfig.model_validate(config or {})
-    path = Path(path)
     tokenizer = train_tokenizer(corpus_texts, config.vocab_size, released_layout=True)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_ADDED_TOKENS}
     half = config.head_dim // 2  # the release's [24, 20, 20] for head_dim 128, scaled
     mrope = [half - 2 * (half * 5 // 16), half * 5 // 16, half * 5 // 16]
     model_config = Qwen3VLConfig(
         text_config={
-            "vocab_size": -(-len(tokenizer) // 64) * 64,  # padded, as the release's 151,936 rows
+            "vocab_size": config.vocab_rows or -(-len(tokenizer) // 64) * 64,  # padded, as the release's rows
             "hidden_size": config.hidden_size,
             "intermediate_size": config.intermediate_size,
             "num_hidden_layers": config.num_hidden_layers,
@@ -257,16 +257,32 @@ def write_released_layout(
         tie_word_embeddings=config.tie_word_embeddings,
     )
     torch.manual_seed(config.seed)
-    model = Qwen3VLForConditionalGeneration(model_config)
+    with torch.device(device):
+        model = Qwen3VLForConditionalGeneration(model_config)
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
         pad_token_id=ids["<|endoftext|>"],
         eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
         **RELEASED_GENERATION,
     )
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    Qwen2VLImageProcessorPil(**RELEASED_IMAGE_PROCESSOR).save_pretrained(path)
+    forbid_vision_tokens(model)
+    image_processor = Qwen2VLImageProcessorPil(**RELEASED_IMAGE_PROCESSOR)
+    processor = processor_class()(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=RELEASED_CHAT_TEMPLATE
+    )
+    return model, processor
+
+
+def write_released_layout(
+    path: str | Path, corpus_texts: list[str], config: ReleasedLayoutConfig | dict[str, Any] | None = None
+) -> Path:
+    """Save :func:`released_layout_model` as a checkpoint dir (the template also as ``chat_template.json``, as
+    the release ships it) and return its path."""
+    import json
+
+    model, processor = released_layout_model(corpus_texts, config)
+    path = Path(path)
+    save_checkpoint(model, processor, path)
     (path / "chat_template.json").write_text(json.dumps({"chat_template": RELEASED_CHAT_TEMPLATE}, indent=2))
     return path
 
@@ -383,6 +399,13 @@ def resolve_dtype(dtype: str = "auto", device: str = "auto"):
     return torch.bfloat16 if placed.type in ("xpu", "npu") else torch.float32
 
 
+def training_dtype(path: str | Path) -> str:
+    """The dtype to load a checkpoint in for training: float32 master weights when its own weights are trained
+    (the loop's ``mixed_precision: bf16`` computes in bf16; AdamW updates of ~1e-5 x w vanish in bf16 weights), the
+    ``auto`` dtype for a LoRA policy, whose base is frozen and whose adapter peft keeps in float32."""
+    return "auto" if Path(path, ADAPTER_DIR).is_dir() else "float32"
+
+
 def place_model(model, device: str = "auto", dtype: str | None = None):
     """``model`` moved to :func:`resolve_device` (and cast to :func:`resolve_dtype` when ``dtype`` is given)."""
     model = model.to(resolve_device(device))
@@ -402,7 +425,16 @@ def load_model(config: LoadConfig | dict[str, Any]):
         kwargs["attn_implementation"] = config.attn_implementation
     model = Qwen3VLForConditionalGeneration.from_pretrained(config.path, **kwargs)
     forbid_vision_tokens(model)
-    if config.lora is not None:
+    adapter = Path(config.path, ADAPTER_DIR)
+    if adapter.is_dir():  # a LoRA policy saved as base + adapter: keep training the adapter
+        from peft import PeftModel
+
+        if config.lora is not None:
+            raise ValueError(
+                f"{config.path} holds a LoRA adapter already ({adapter}): drop `lora` from its load config"
+            )
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    elif config.lora is not None:
         model = add_lora(model, config.lora)
     return place_model(model, config.device), load_processor(config.path)
 
@@ -547,17 +579,32 @@ def build_tiny_model(corpus_texts: list[str], config: TinyModelConfig | dict[str
     return model, processor
 
 
+#: Where a LoRA policy's adapter lives inside its checkpoint dir (the base weights are the dir itself).
+ADAPTER_DIR = "adapter"
+
+
 def save_checkpoint(model, processor, path: str | Path, state_dict: dict | None = None) -> None:
-    """Save an ordinary Hugging Face checkpoint dir (model, tokenizer with chat template, image processor).
+    """Save a Hugging Face checkpoint dir (model, tokenizer with chat template, image processor).
 
-    A peft model is saved merged (a copy, so the adapters in memory stay), so plain ``from_pretrained`` loads it.
+    A peft (LoRA) model is saved as base + adapter: its base weights, unmerged, as the ordinary checkpoint and the
+    adapter in ``<path>/adapter``, so :func:`load_model` gives the same policy back with the adapter trainable (SFT's
+    adapter goes on training in Salvage-DS) and the base still there (``disable_adapter()`` is the frozen
+    reference). Plain ``from_pretrained(path)`` loads the base alone; add the adapter with
+    ``peft.PeftModel.from_pretrained(base, path / "adapter")``. ``state_dict``: the full weights when they were
+    gathered from shards (FSDP, ZeRO-3).
     """
-    import copy
-
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    if hasattr(model, "merge_and_unload"):
-        model, state_dict = copy.deepcopy(model).merge_and_unload(), None
-    model.save_pretrained(path, state_dict=state_dict)
+    if hasattr(model, "peft_config"):
+        state_dict = model.state_dict() if state_dict is None else state_dict
+        base = {  # peft's keys without its wrapper prefix and layer indirection, LoRA weights left out
+            key.removeprefix("base_model.model.").replace(".base_layer.", "."): value
+            for key, value in state_dict.items()
+            if "lora_" not in key
+        }
+        model.get_base_model().save_pretrained(path, state_dict=base)
+        model.save_pretrained(path / ADAPTER_DIR, state_dict=state_dict)
+    else:
+        model.save_pretrained(path, state_dict=state_dict)
     processor.tokenizer.save_pretrained(path)
     processor.image_processor.save_pretrained(path)

@@ -22,3 +22,24 @@ def test_load_model_places_and_casts_where_it_is_told(tiny_checkpoint):
     auto, _ = load_model({"path": str(tiny_checkpoint)})
     assert {p.device.type for p in auto.parameters()} == {resolve_device().type}
     assert next(place_model(auto, "cpu", "bfloat16").parameters()).dtype == torch.bfloat16
+
+
+def test_a_lora_policy_is_saved_as_base_plus_adapter_and_loads_back_trainable(tmp_path, released_checkpoint):
+    from rmsweb_kedro.modeling import save_checkpoint
+
+    model, processor = load_model({"path": str(released_checkpoint), "lora": {"r": 4, "dropout": 0.0}})
+    with torch.no_grad():  # move the adapter away from its zero init, so it changes the outputs
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    save_checkpoint(model, processor, tmp_path / "sft_model")
+    assert (tmp_path / "sft_model" / "adapter" / "adapter_config.json").exists()
+    loaded, _ = load_model({"path": str(tmp_path / "sft_model")})
+    ids = torch.tensor([[5, 6, 7, 8]])
+    base, _ = load_model({"path": str(released_checkpoint)})
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
+        with loaded.disable_adapter():  # the reference Salvage-DS uses: the untouched base
+            assert torch.allclose(loaded(input_ids=ids).logits, base(input_ids=ids).logits, atol=1e-5)
+        assert not torch.allclose(loaded(input_ids=ids).logits, base(input_ids=ids).logits, atol=1e-3)
+    assert any(p.requires_grad for n, p in loaded.named_parameters() if "lora_" in n)

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from rmsweb_kedro.modeling import load_model, save_checkpoint
+from rmsweb_kedro.training.launch import launch_command
 from rmsweb_kedro.training.loop import evaluate, make_accelerator
-from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, launch_command, run_sft, sft_loss
+from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, run_sft, sft_loss
 
 
 def _config(tmp_path, **loop):
@@ -97,8 +98,9 @@ def test_two_process_accelerate_launch_trains_a_step(tmp_path, tiny_checkpoint, 
     }
     (tmp_path / "job.json").write_text(json.dumps(job))
     # the node's path: conf/base/accelerate/cpu_2proc.yaml (2 processes, gloo on CPU)
-    config.launch = "cpu_2proc"
-    command = launch_command(config, tmp_path / "job.json")
+    command = launch_command(
+        "cpu_2proc", "conf/base/accelerate", "rmsweb_kedro.training.sft", tmp_path / "job.json"
+    )
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     history = [json.loads(line) for line in open(tmp_path / "run" / "history.jsonl")]

@@ -46,6 +46,12 @@ The modes are ablations of the same formula:
     salvage_ds            the full gate, rejected groups anchored with weight \lambda
     salvage_ds_no_anchor  the full gate, rejected groups dropped
 
+Several processes: ``accelerate launch ... -m rmsweb_kedro.training.salvage_ds --job JOB.json`` (the
+``salvage_ds`` node starts it when ``launch`` names a config; ``training.launch``, the design SFT shares); ``JOB.json``:
+``{"model_dir", "train_path", "splits": {name: path}, "output_dir", "config": SalvageDSJob}``. Under FSDP2 and
+ZeRO-3 the policy's weights are sharded: the loop turns on synced generation, so every process keeps stepping the
+forwards of ``generate`` until the longest reply of any process is done.
+
 Every symbol is a field of :class:`SalvageDSParams` (``conf/base/parameters_salvage_ds.yml``), except
 :math:`\mu`, a field of the shared loop's ``LoopConfig`` (``salvage_ds.loop.updates_per_batch``). The
 partial-credit reward (type / target / argument weighted, the usual GUI-RL design) is kept as an ablation:
@@ -54,6 +60,7 @@ partial-credit reward (type / target / argument weighted, the usual GUI-RL desig
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -62,6 +69,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.actions import Action, normalized_argument, same_target, semantically_equal
+from rmsweb_kedro.prompts import PromptConfig
+from rmsweb_kedro.training.loop import LoopConfig
 
 Mode = Literal["grpo", "dapo_filter", "salvage_ds", "salvage_ds_no_anchor"]
 RejectReason = Literal["no_contrast", "too_easy", "too_hard"]
@@ -695,3 +704,40 @@ def train_salvage_ds(
         accelerator=accelerator,
         rollout=step.rollout,
     )
+
+
+class SalvageDSJob(BaseModel):
+    """What a launched Salvage-DS run needs besides its data: the ``config`` of the entry point's job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algorithm: SalvageDSParams
+    loop: LoopConfig
+    prompt: PromptConfig
+    eval_samples: int = Field(4, ge=1, description="sampled replies per state for competence")
+    seed: int = 0
+
+
+def _main() -> None:
+    import polars as pl
+
+    from rmsweb_kedro.modeling import load_model, training_dtype
+    from rmsweb_kedro.training.launch import read_job, save_launched
+
+    job = read_job("Salvage-DS under accelerate launch (see module docstring)")
+    config = SalvageDSJob.model_validate(job["config"])
+    model, processor = load_model({"path": job["model_dir"], "dtype": training_dtype(job["model_dir"])})
+    splits = {name: pl.read_parquet(path).to_dicts() for name, path in job["splits"].items()}
+    eval_fn = competence_eval_fn(
+        splits, config.algorithm, processor, config.prompt, config.eval_samples, config.seed
+    )
+    train = pl.read_parquet(job["train_path"]).to_dicts()
+    result = train_salvage_ds(
+        model, processor, train, config.algorithm, config.loop, config.prompt, eval_fn=eval_fn
+    )
+    save_launched(result, processor, job["output_dir"])
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    _main()

@@ -13,16 +13,13 @@ Entry point for several processes (the ``sft`` node starts it when ``launch`` is
     accelerate launch --config_file conf/base/accelerate/ddp.yaml -m rmsweb_kedro.training.sft --job JOB.json
 
 ``JOB.json``: ``{"model_dir", "train_path", "val_path", "output_dir", "config": SFTConfig}``; the trained model is
-saved to ``<output_dir>/final`` and the metrics history to ``<output_dir>/history.jsonl``.
+saved to ``<output_dir>/final`` and the metrics history to ``<output_dir>/history.jsonl`` (``training.launch``,
+the design Salvage-DS shares).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import sys
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -173,48 +170,18 @@ def run_sft(
     )
 
 
-def launch_command(config: SFTConfig, job_path: Path) -> list[str]:
-    """The ``accelerate launch`` command line for ``config.launch``."""
-    config_file = Path(config.accelerate_dir) / f"{config.launch}.yaml"
-    if not config_file.exists():
-        raise FileNotFoundError(
-            f"accelerate config {config_file} (sft.training.launch={config.launch!r}) not found"
-        )
-    return [
-        sys.executable,  # the accelerate of this environment, whatever PATH holds
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(config_file),
-        "-m",
-        "rmsweb_kedro.training.sft",
-        "--job",
-        str(job_path),
-    ]
-
-
 def _main() -> None:
     import polars as pl
-    from accelerate import PartialState
 
-    from rmsweb_kedro.modeling import load_model, save_checkpoint
+    from rmsweb_kedro.modeling import load_model, training_dtype
+    from rmsweb_kedro.training.launch import read_job, save_launched
 
-    parser = argparse.ArgumentParser(description="SFT under accelerate launch (see module docstring)")
-    parser.add_argument("--job", required=True, help="JSON job file")
-    args = parser.parse_args()
-    job = json.loads(Path(args.job).read_text())
+    job = read_job("SFT under accelerate launch (see module docstring)")
     config = SFTConfig.model_validate(job["config"])
-    state = PartialState()
-    model, processor = load_model({"path": job["model_dir"]})
+    model, processor = load_model({"path": job["model_dir"], "dtype": training_dtype(job["model_dir"])})
     train_states = pl.read_parquet(job["train_path"]).to_dicts()
     val_states = pl.read_parquet(job["val_path"]).to_dicts() if job.get("val_path") else []
-    result = run_sft(model, processor, train_states, val_states, config)
-    state_dict = result.accelerator.get_state_dict(result.model)  # gathers FSDP / ZeRO-3 shards
-    if state.is_main_process:
-        save_checkpoint(result.model, processor, Path(job["output_dir"]) / "final", state_dict=state_dict)
-        with open(Path(job["output_dir"]) / "history.jsonl", "w") as handle:
-            handle.writelines(json.dumps(row) + "\n" for row in result.history)
-    state.wait_for_everyone()
+    save_launched(run_sft(model, processor, train_states, val_states, config), processor, job["output_dir"])
 
 
 if __name__ == "__main__":

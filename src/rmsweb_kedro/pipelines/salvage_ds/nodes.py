@@ -33,6 +33,9 @@ class SalvageDSNodeParams(BaseModel):
     max_val_states: int | None = Field(None, ge=0, description="val steps scored before/after; None: all")
     eval_samples: int = Field(4, ge=1)
     seed: int = 0
+    #: None: train in this process. A name: ``accelerate launch --config_file <accelerate_dir>/<name>.yaml``.
+    launch: str | None = None
+    accelerate_dir: str = "conf/base/accelerate"
 
 
 def split_by_task(
@@ -94,9 +97,12 @@ def train_rmsweb_model(
         splits, config.algorithm, processor, config.prompt, config.eval_samples, config.seed
     )
     scores = competence(model)
-    result = train_salvage_ds(
-        model, processor, train_rows, config.algorithm, config.loop, config.prompt, eval_fn=competence
-    )
+    if config.launch:
+        result = _train_launched(sft_model, train, splits, config)
+    else:
+        result = train_salvage_ds(
+            model, processor, train_rows, config.algorithm, config.loop, config.prompt, eval_fn=competence
+        )
     history = pl.from_dicts([{"step": 0, **scores}, *result.history], infer_schema_length=None)
     report["before"] = _by_split(scores)
     report["after"] = _by_split({key: result.last(key) for key in scores})
@@ -108,6 +114,33 @@ def train_rmsweb_model(
     }
     logger.info("salvage_ds: before %s, after %s", report["before"], report["after"])
     return LoadedModel(result.model, processor), history, report
+
+
+def _train_launched(
+    policy: Any, train: pl.DataFrame, splits: dict[str, list[dict]], config: SalvageDSNodeParams
+):
+    """Run the Salvage-DS entry point under ``accelerate launch`` (``training.launch``) and load what it saved."""
+    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.training.launch import run_launched
+    from rmsweb_kedro.training.salvage_ds import SalvageDSJob
+
+    work = Path(config.loop.output_dir) / "launch"
+    work.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(policy.model, policy.processor, work / "policy")  # a LoRA policy as base + adapter
+    policy.model.to("cpu")  # the launched processes need the accelerators' memory
+    train.write_parquet(work / "train.parquet")
+    for name, rows in splits.items():  # val rows (sft_states_val) may lack the critical states' extra columns
+        frame = pl.from_dicts(rows, infer_schema_length=None) if rows else pl.DataFrame()
+        frame.write_parquet(work / f"{name}.parquet")
+    fields = set(SalvageDSJob.model_fields)
+    job = {
+        "model_dir": str(work / "policy"),
+        "train_path": str(work / "train.parquet"),
+        "splits": {name: str(work / f"{name}.parquet") for name in splits},
+        "output_dir": config.loop.output_dir,
+        "config": config.model_dump(mode="json", include=fields),
+    }
+    return run_launched(config.launch, config.accelerate_dir, "rmsweb_kedro.training.salvage_ds", job)
 
 
 def _by_split(row: dict[str, Any]) -> dict[str, dict[str, float]]:

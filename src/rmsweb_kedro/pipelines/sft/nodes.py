@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -127,13 +125,14 @@ def _token_stats(processor, states: list[dict[str, Any]], config: SFTConfig) -> 
 
 
 def _train_launched(base: LoadedModel, train: pl.DataFrame, val: pl.DataFrame, config: SFTConfig):
-    """Run the entry point under ``accelerate launch`` (several processes) and load what it saved."""
-    from rmsweb_kedro.modeling import load_model, save_checkpoint
-    from rmsweb_kedro.training.sft import launch_command
+    """Run the SFT entry point under ``accelerate launch`` (several processes) and load what it saved."""
+    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.training.launch import run_launched
 
     work = Path(config.loop.output_dir) / "launch"
     work.mkdir(parents=True, exist_ok=True)
     save_checkpoint(base.model, base.processor, work / "base")
+    base.model.to("cpu")  # the launched processes need the accelerators' memory
     train.write_parquet(work / "train.parquet")
     val.write_parquet(work / "val.parquet")
     job = {
@@ -143,16 +142,7 @@ def _train_launched(base: LoadedModel, train: pl.DataFrame, val: pl.DataFrame, c
         "output_dir": config.loop.output_dir,
         "config": config.model_dump(mode="json"),
     }
-    job_path = work / "job.json"
-    job_path.write_text(json.dumps(job, indent=2))
-    command = launch_command(config, job_path)
-    logger.info("launching: %s", " ".join(command))
-    subprocess.run(command, check=True)
-    history = [
-        json.loads(line) for line in (Path(config.loop.output_dir) / "history.jsonl").read_text().splitlines()
-    ]
-    model, processor = load_model({"path": str(Path(config.loop.output_dir) / "final")})
-    return model, processor, history
+    return run_launched(config.launch, config.accelerate_dir, "rmsweb_kedro.training.sft", job)
 
 
 def train_sft(
@@ -173,11 +163,10 @@ def train_sft(
     probe = draw_states(sft_states_val, config.accuracy_states, training.loop.seed).to_dicts()
     before = step_accuracy(model, processor, probe, training)
     if training.launch:
-        model, processor, history = _train_launched(base_model, sft_states_train, sft_states_val, training)
-        steps, stopped_early = (history[-1]["step"] if history else 0), None
+        result = _train_launched(base_model, sft_states_train, sft_states_val, training)
     else:
         result = run_sft(model, processor, train, val, training)
-        model, history, steps, stopped_early = result.model, result.history, result.step, result.stopped_early
+    model, history, steps, stopped_early = result.model, result.history, result.step, result.stopped_early
     after = step_accuracy(model, processor, probe, training)
     logger.info("val step accuracy: base %.3f -> sft %.3f", before["step_accuracy"], after["step_accuracy"])
     metrics = {
