@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +190,20 @@ class ReleasedLayoutConfig(BaseModel):
     vision_hidden_size: int = 32
     vision_intermediate_size: int = 64
     vision_heads: int = 2
-    deepstack_visual_indexes: list[int] = Field(default_factory=lambda: [1, 2, 3])
+    deepstack_visual_indexes: list[int] = Field(default_factory=lambda: [1, 3])
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _deepstack_fits(self) -> ReleasedLayoutConfig:
+        # deepstack feature k is added to decoder layer k: more features than layers leave mergers unused
+        if len(self.deepstack_visual_indexes) > self.num_hidden_layers:
+            raise ValueError(
+                f"{len(self.deepstack_visual_indexes)} deepstack layers need at least as many decoder layers "
+                f"(num_hidden_layers={self.num_hidden_layers})"
+            )
+        if max(self.deepstack_visual_indexes, default=0) >= self.vision_depth:
+            raise ValueError(f"deepstack indexes {self.deepstack_visual_indexes} must be < vision_depth")
+        return self
 
 
 def released_layout_model(
@@ -383,7 +395,21 @@ def resolve_device(device: str = "auto"):
         return torch.device(device)
     from accelerate import PartialState
 
-    return PartialState().device
+    return PartialState(cpu=cpu_only()).device
+
+
+def cpu_only() -> bool:
+    """True on a machine without an accelerator. Accelerate must then be told (``cpu=True``): processes started by
+    ``accelerate launch`` or torchrun otherwise each run alone (``DistributedType.NO``) instead of joining one gloo
+    process group."""
+    import torch
+
+    xpu = getattr(torch, "xpu", None)
+    return not (
+        torch.cuda.is_available()
+        or (xpu is not None and xpu.is_available())
+        or torch.backends.mps.is_available()
+    )
 
 
 def resolve_dtype(dtype: str = "auto", device: str = "auto"):

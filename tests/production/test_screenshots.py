@@ -105,3 +105,14 @@ def test_lora_sft_then_salvage_ds_with_screenshots_and_the_adapter_disabled_refe
     assert result.step == 2 and all(math.isfinite(row["train/loss"]) for row in result.history)
     assert all(row["train/completion_tokens"] > 0 for row in result.history)
     assert hasattr(result.model, "disable_adapter")
+
+
+def test_the_sampler_of_mining_evaluation_and_live_sees_the_image(released_checkpoint, two_screens):
+    from rmsweb_kedro.agents.hf_policy import sample_replies
+
+    model, processor = load_model({"path": str(released_checkpoint)})
+    firsts = []
+    for state in two_screens:
+        ((sample,),) = sample_replies(model, processor, [state], PROMPT, 1, greedy=True, max_new_tokens=2)
+        firsts.append(sample.logprobs[0])
+    assert abs(firsts[0] - firsts[1]) > 1e-4

@@ -162,7 +162,13 @@ def make_accelerator(config: LoopConfig):
     # precision; the process-wide state (not the distributed one) is per training.
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    return Accelerator(mixed_precision=config.mixed_precision)
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    from rmsweb_kedro.modeling import cpu_only
+
+    # DDP: a text-only batch leaves Qwen3-VL's vision tower without gradients, which DDP refuses unless told
+    unused = DistributedDataParallelKwargs(find_unused_parameters=True)
+    return Accelerator(mixed_precision=config.mixed_precision, cpu=cpu_only(), kwargs_handlers=[unused])
 
 
 def _optimizer(model, config: LoopConfig):
