@@ -4,7 +4,8 @@
 from kedro.framework.project import find_pipelines
 from kedro.pipeline import Pipeline
 
-# The recipe's stages in order; stages not built yet are simply absent.
+# The recipe's stages in order. `kedro run --pipelines <name>` makes find_pipelines load only <name>, so a stage can
+# be absent here.
 RECIPE = ["sandbox", "collect", "trajectories", "sft_data", "sft", "mining", "salvage_ds", "evaluate"]
 
 

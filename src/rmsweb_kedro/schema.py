@@ -1,4 +1,5 @@
-"""Data contracts: Task, Observation, Step, Trajectory, and the polars schemas of their tables. One place.
+"""Data contracts: Task, Observation, Step, Trajectory, and the polars schemas of the tables built from them
+(tasks, steps, trajectories, states). Tables a single stage owns keep their schema in that stage's module.
 
 Raw trajectory files (``data/01_raw/trajectories/**.jsonl``) hold one :class:`Trajectory` a line, as JSON.
 Screenshot paths in a file are relative to that file's folder and must stay inside the raw data folder.

@@ -17,11 +17,11 @@ from kedro.runner import SequentialRunner
 
 from rmsweb_kedro import reporting
 from rmsweb_kedro.pipeline_registry import register_pipelines
-from rmsweb_kedro.pipelines.ablations import nodes
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
 from rmsweb_kedro.pipelines.collect.nodes import LOG_SCHEMA, select_collection_tasks
 from rmsweb_kedro.pipelines.evaluate import report
 from rmsweb_kedro.schema import STATE_SCHEMA, tasks_to_frame
+from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, merge_parameters
 from tests.fixtures_web import chromium_available
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,13 +30,42 @@ VARIANTS = [f"collect_{m}" for m in COLLECTION_MODES] + [REFERENCE] + [f"rl_{m}"
 VARIANTS += [FULL_CORPUS]
 
 
-def test_stage_parameters_deep_merge_in_order_without_touching_the_base():
+def test_merge_resolver_deep_merges_in_order_without_touching_the_base():
     base = {"loop": {"max_steps": 36, "output_dir": "a", "lr": 1e-4}, "algorithm": {"mode": "salvage_ds"}}
-    merged = nodes.stage_parameters(base, {"loop": {"max_steps": 24}}, {"loop": {"output_dir": "b"}},
-                                    {"algorithm": {"mode": "grpo"}})  # fmt: skip
+    merged = merge_parameters(base, {"loop": {"max_steps": 24}}, {"loop": {"output_dir": "b"}},
+                              {"algorithm": {"mode": "grpo"}})  # fmt: skip
     assert merged == {"loop": {"max_steps": 24, "output_dir": "b", "lr": 1e-4}, "algorithm": {"mode": "grpo"}}
     assert base["loop"] == {"max_steps": 36, "output_dir": "a", "lr": 1e-4}
-    assert nodes.stage_parameters(base, {}, None) == base
+    assert merge_parameters(base, {}) == base
+
+
+def test_variant_parameters_are_config_the_stage_then_the_budget_then_the_change():
+    """``ablations.<variant>.<stage>`` as the project's config loader resolves it, and a ``--params`` override of
+    a stage or of the budget reaching every variant."""
+    loader = OmegaConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS,
+                               runtime_params={"salvage_ds": {"loop": {"lr": 0.5}}, "ablations": {"budget": {
+                                   "sft": {"training": {"loop": {"max_steps": 7}}}}}})  # fmt: skip
+    params = loader["parameters"]
+    ablations = params["ablations"]
+    for mode in SALVAGE_MODES:
+        variant = ablations[f"rl_{mode}"]["salvage_ds"]
+        assert variant["algorithm"] == {**params["salvage_ds"]["algorithm"], "mode": mode}
+        assert variant["loop"]["max_steps"] == ablations["budget"]["salvage_ds"]["loop"]["max_steps"] == 24
+        assert variant["loop"]["output_dir"] == f"data/06_models/ablations/rl_{mode}/salvage_ds_run"
+        assert variant["loop"]["lr"] == 0.5 and params["salvage_ds"]["loop"]["max_steps"] != 24
+        assert variant["prompt"] == params["salvage_ds"]["prompt"]  # untouched keys are the stage's own
+    for mode in COLLECTION_MODES:
+        variant = ablations[f"collect_{mode}"]
+        assert variant["collect"]["modes"] == variant["collect"]["corpus_modes"] == [mode]
+        assert (
+            variant["collect"]["max_tasks"] == 40
+            and variant["collect"]["attempts"] == params["collect"]["attempts"]
+        )
+        assert variant["trajectories"]["raw_root"] == f"data/01_raw/ablations/collect_{mode}"
+        assert variant["sft"]["training"]["loop"]["max_steps"] == 7
+    assert ablations[FULL_CORPUS]["mining"]["rl_corpus"] == "full"
+    assert ablations["evaluate"]["offline"]["max_states"] == 32
+    assert ablations["evaluate"]["policy"] == params["evaluate"]["policy"]
 
 
 def test_reflection_steps_are_paired_on_tasks_both_modes_solved():
@@ -124,15 +153,15 @@ def ablation_run(tmp_path_factory, tiny_checkpoint, tiny_states, sandbox_task_li
     if not chromium_available():
         pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
     folder = tmp_path_factory.mktemp("ablations_project")
-    loader = OmegaConfigLoader(str(REPO / "conf"), base_env="base", default_run_env="local",
-                               merge_strategy={"parameters": "soft", "catalog": "soft"})  # fmt: skip
+    # TINY as runtime parameters (as `--params`): the variants' parameters are resolved from them.
+    loader = OmegaConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, runtime_params=TINY)
     config = loader["catalog"]
     for name in ("base_model", "sft_model"):  # the tiny checkpoint stands in for both
         config[name] = {
             "type": "rmsweb_kedro.datasets.checkpoint.CheckpointDataset",
             "filepath": str(tiny_checkpoint),
         }
-    params = nodes.stage_parameters(loader["parameters"], TINY)
+    params = loader["parameters"]
     cwd = os.getcwd()
     os.chdir(folder)
     try:

@@ -12,13 +12,18 @@ from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.pipelines.collect.pipeline import create_pipeline
 from rmsweb_kedro.rollouts import Journal
 from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def config():
     loader = OmegaConfigLoader(
-        conf_source=str(CONF), base_env="base", default_run_env="base", merge_strategy={"parameters": "soft"}
+        conf_source=str(CONF),
+        base_env="base",
+        default_run_env="base",
+        merge_strategy={"parameters": "soft"},
+        custom_resolvers=CONFIG_LOADER_ARGS["custom_resolvers"],  # the project's ${merge:...}
     )
     return loader["catalog"], loader["parameters"]
 

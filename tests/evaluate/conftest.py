@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,8 +13,10 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _REPO = Path(__file__).resolve().parents[2]
-# CI runs in a clone with shared/ beside it; this machine keeps it at /work/shared.
-BENCHMARK_DIRS = [_REPO.parent / "shared" / "benchmarks", Path("/work/shared/benchmarks")]
+# $RMSWEB_BENCHMARKS when set, else shared/benchmarks beside the repository (where a clone finds it).
+BENCHMARK_DIRS = [Path(p) for p in [os.environ.get("RMSWEB_BENCHMARKS")] if p] + [
+    _REPO.parent / "shared" / "benchmarks"
+]
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +25,10 @@ def shared_benchmarks() -> Path:
     for folder in BENCHMARK_DIRS:
         if (folder / "SOURCES.md").is_file():
             return folder
-    pytest.skip(f"the full benchmark files are absent (looked in {', '.join(map(str, BENCHMARK_DIRS))})")
+    pytest.skip(
+        f"the full benchmark files are absent (looked in {', '.join(map(str, BENCHMARK_DIRS))}; "
+        "set RMSWEB_BENCHMARKS to their folder)"
+    )
 
 
 def request_text(body: dict) -> str:

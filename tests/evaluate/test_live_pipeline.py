@@ -18,6 +18,7 @@ from kedro.runner import SequentialRunner
 
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.schema import Trajectory
+from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 from tests.evaluate.conftest import judge_model
 from tests.fixtures_web import chromium_available
 
@@ -77,7 +78,7 @@ def test_live_pipeline_from_the_production_catalog(
     # base + production parameters, the judge and browser pointed at the stand-ins.
     loader = OmegaConfigLoader(
         str(REPO / "conf"), base_env="base", default_run_env="production",
-        merge_strategy={"parameters": "soft"},
+        merge_strategy={"parameters": "soft"}, custom_resolvers=CONFIG_LOADER_ARGS["custom_resolvers"],
     )  # fmt: skip
     parameters = loader["parameters"]
     live = parameters["live"]

@@ -1,33 +1,14 @@
-"""Nodes of the ``ablations`` pipeline: each variant's parameters, the collection pool, one row of facts per
-variant, the comparison table, its markdown section and its plot. The variants themselves are the other stages'
-own nodes, reused under namespaces (see pipeline.py)."""
+"""Nodes of the ``ablations`` pipeline: the collection pool, one row of facts per variant, the comparison table,
+its markdown section and its plot. The variants themselves are the other stages' own nodes, reused under
+namespaces with their parameters from config (see pipeline.py)."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import polars as pl
 
 from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
-
-
-def stage_parameters(base: dict[str, Any], *overrides: dict[str, Any]) -> dict[str, Any]:
-    """A variant's parameters for one stage: the stage's own parameters with each override deep-merged in, in
-    order (the ablation budget, then the variant's change), so a change to a stage's defaults reaches every
-    variant."""
-    merged = copy.deepcopy(base)
-    for override in overrides:
-        _merge_into(merged, override or {})
-    return merged
-
-
-def _merge_into(target: dict[str, Any], override: dict[str, Any]) -> None:
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge_into(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
 
 
 def collection_pool(collection_tasks: pl.DataFrame, sft_states_val: pl.DataFrame) -> pl.DataFrame:

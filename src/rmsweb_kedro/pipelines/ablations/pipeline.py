@@ -1,7 +1,7 @@
 """The ``ablations`` pipeline: wiring only. Every variant is an existing stage's own pipeline reused under the
 namespace ``ablations.<variant>`` (its free inputs are the default run's datasets unless the variant replaces
-them), with parameters ``params:ablations.<variant>.<stage>`` = the stage's parameters + ``ablations.budget.<stage>``
-+ ``ablations.variants.<variant>.<stage>`` (nodes.stage_parameters). Not part of ``__default__``: it runs on
+them), with parameters ``params:ablations.<variant>.<stage>``: config (conf/base/parameters_ablations.yml), the
+stage's parameters + ``ablations.budget.<stage>`` + the variant's change. Not part of ``__default__``: it runs on
 what the default run left in data/."""
 
 from functools import partial, update_wrapper
@@ -24,23 +24,6 @@ REFERENCE = "sft_default"
 def _bind(func, **bound):
     """``func`` with ``bound`` keyword arguments, keeping its name for Kedro's logs."""
     return update_wrapper(partial(func, **bound), func)
-
-
-def _configure(variant: str | None, stage: str) -> Node:
-    """``params:ablations[.<variant>].<stage>``: the stage's parameters + the budget + the variant's change.
-
-    A node makes it because ``pipeline(parameters=...)`` maps parameters only to parameter names, and config
-    interpolation cannot override one key of another file's block; the YAML then holds only the changes."""
-    overrides = [f"params:ablations.budget.{stage}"]
-    if variant:
-        overrides.append(f"params:ablations.variants.{variant}.{stage}")
-    return Node(
-        nodes.stage_parameters,
-        inputs=[f"params:{stage}", *overrides],
-        outputs=f"params:ablations.{variant}.{stage}" if variant else f"params:ablations.{stage}",
-        name=f"configure_{stage}",
-        namespace=f"ablations.{variant}" if variant else "ablations",
-    )
 
 
 def _reuse(
@@ -85,7 +68,7 @@ def _collection_variant(mode: str) -> Pipeline:
         ("collect", "trajectories", "sft"),
         replaced={"sandbox_tasks": "ablations.collection_pool"},
         # collect saves screenshots under the variant's raw folder (catalog_ablations.yml), not the default's
-        params={"trajectories.raw_root": f"ablations.variants.{variant}.trajectories.raw_root"},
+        params={"trajectories.raw_root": f"ablations.{variant}.trajectories.raw_root"},
     )
     describe = Node(
         _bind(nodes.describe_collection_variant, variant=variant, mode=mode),
@@ -96,29 +79,22 @@ def _collection_variant(mode: str) -> Pipeline:
         name="describe_variant",
         namespace=f"ablations.{variant}",
     )
-    return (
-        Pipeline([_configure(variant, stage) for stage in ("collect", "trajectories", "sft")] + [describe])
-        + namespaced
-    )
+    return Pipeline([describe]) + namespaced
 
 
 def _rl_variant(
     variant: str, chain: Pipeline, configured: tuple[str, ...], setting: str, group: str
 ) -> Pipeline:
-    return (
-        Pipeline([_configure(variant, stage) for stage in configured])
-        + _reuse(chain, variant, configured)
-        + Pipeline(
-            [
-                Node(
-                    _bind(nodes.describe_rl_variant, variant=variant, group=group, setting=setting),
-                    inputs=f"ablations.{variant}.salvage_ds_report",
-                    outputs=f"ablations.{variant}.facts",
-                    name="describe_variant",
-                    namespace=f"ablations.{variant}",
-                )
-            ]
-        )
+    return _reuse(chain, variant, configured) + Pipeline(
+        [
+            Node(
+                _bind(nodes.describe_rl_variant, variant=variant, group=group, setting=setting),
+                inputs=f"ablations.{variant}.salvage_ds_report",
+                outputs=f"ablations.{variant}.facts",
+                name="describe_variant",
+                namespace=f"ablations.{variant}",
+            )
+        ]
     )
 
 
@@ -161,7 +137,6 @@ def create_pipeline(**kwargs) -> Pipeline:
         + the_report
         + Pipeline(
             [
-                _configure(None, "evaluate"),
                 Node(
                     nodes.collection_pool,
                     inputs=["collection_tasks", "sft_states_val"],

@@ -284,7 +284,7 @@ def build_report(
         "## The paper's claims and this run",
         markdown_table(claims),
         "A toy-scale default run (tiny model, minutes of CPU) shows whether each stage works and points the right "
-        "way, not the paper's sizes; the `experiment` / production configurations are where sizes are measured.",
+        "way, not the paper's sizes; the production configuration (`--env production`) is where sizes are measured.",
         "## Collection statistics",
         markdown_table(as_percent(collection, ["yield"])),
         "### Steps on solved tasks: reflection_retries vs the other modes (paired, same tasks, same budget)",
