@@ -18,6 +18,7 @@ from kedro.runner import SequentialRunner
 from rmsweb_kedro.agreement import agreement, cohen_kappa, stratified_sample
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 from tests.collect.local_openai_server import LocalChatServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +81,10 @@ def test_judge_agreement_pipeline_end_to_end(sandbox_task_list, tiny_checkpoint,
     catalog = DataCatalog.from_config(config)
     catalog["collection_log"] = MemoryDataset(log)
     catalog["sandbox_tasks"] = MemoryDataset(tasks_to_frame(sandbox_task_list))
-    params = OmegaConfigLoader(str(REPO / "conf"), base_env="base", default_run_env="base")["parameters"]
+    params = OmegaConfigLoader(
+        str(REPO / "conf"), base_env="base", default_run_env="base",
+        custom_resolvers=CONFIG_LOADER_ARGS["custom_resolvers"],  # the project's ${merge:...}
+    )["parameters"]  # fmt: skip
     with LocalChatServer(tiny_checkpoint) as server:
         params["judge_agreement"]["judge"] |= {
             "endpoint": {"base_url": server.base_url, "model": server.model_name, "max_retries": 0},
