@@ -43,13 +43,6 @@ class EnvironmentFailure(RuntimeError):
     """The environment, not the agent, failed (raised inside an attempt, then retried)."""
 
 
-def _add_usage(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
-        completion_tokens=a.completion_tokens + b.completion_tokens,
-    )
-
-
 def final_answer(steps: list[Step]) -> str | None:
     """The text of the attempt's last ``answer(...)`` action, if any."""
     answers = [s.action.text for s in steps if s.action is not None and s.action.type == ActionType.ANSWER]
@@ -113,7 +106,7 @@ def _play(
             run.termination = "time_limit"
             return run
         decision = agent.act(task, observation, steps, reflections)
-        run.usage, run.cost = _add_usage(run.usage, decision.usage), run.cost + decision.cost_usd
+        run.usage, run.cost = run.usage + decision.usage, run.cost + decision.cost_usd
         step = Step(
             index=len(steps),
             url=observation.url,
@@ -232,7 +225,7 @@ def run_episode(
             judge_cost = getattr(judge, "cost_of", lambda _usage: 0.0)(judge_usage)
             record.steps, record.termination, record.verdict = steps, run.termination, verdict
             record.success = verdict.success
-            record.usage, record.cost_usd = _add_usage(run.usage, judge_usage), run.cost + judge_cost
+            record.usage, record.cost_usd = run.usage + judge_usage, run.cost + judge_cost
             if run.critical_point:
                 record.metadata["critical_point"] = run.critical_point
             break

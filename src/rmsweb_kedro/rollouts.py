@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge, Reflector
-from rmsweb_kedro.schema import CollectionMode, Observation, Task, Trajectory, Usage
+from rmsweb_kedro.schema import CollectionMode, Observation, Task, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -330,10 +330,7 @@ class EpisodeWorker:
             )
             trajectory.metadata["reflection_after"] = text
             trajectory.metadata["reflector"] = getattr(self.reflector, "name", type(self.reflector).__name__)
-            trajectory.usage = Usage(
-                prompt_tokens=trajectory.usage.prompt_tokens + usage.prompt_tokens,
-                completion_tokens=trajectory.usage.completion_tokens + usage.completion_tokens,
-            )
+            trajectory.usage += usage
             trajectory.cost_usd += getattr(self.reflector, "cost_of", lambda _usage: 0.0)(usage)
         return trajectory
 
