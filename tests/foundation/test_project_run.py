@@ -19,7 +19,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLES = PROJECT / "data" / "01_raw" / "examples" / "trajectories"
 LAYERS = ["01_raw", "02_intermediate", "03_primary", "04_feature", "05_model_input", "06_models",
           "07_model_output", "08_reporting"]  # fmt: skip
-OUR_CONF = ["catalog_trajectories.yml", "parameters_trajectories.yml", "logging.yml"]
+OUR_CONF = ["catalog_trajectories.yml", "parameters_trajectories.yml", "globals.yml", "logging.yml"]
 OUR_NODES = {
     "validate_trajectories",
     "report_ingest",
