@@ -37,7 +37,7 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from rmsweb_kedro.actions import parse_action
-    from rmsweb_kedro.agents.hf_policy import parse_sample
+    from rmsweb_kedro.agents.base import parse_sample
     from rmsweb_kedro.prompts import build_messages, render_prompt
     from rmsweb_kedro.training.loop import LoopConfig
     from rmsweb_kedro.training.salvage_ds import (

@@ -326,13 +326,18 @@ def format_reply(thought: str | None, action: Action) -> str:
 
 # ---------------------------------------------------------------- parsing
 
-_ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+# Line starts match [^\S\n]* (blanks on that line), not \s*, and the name is bounded: a reply of many blank lines
+# or spaces must not cost quadratic time (a served model's reply is arbitrary text).
+_ACTION_LINE = re.compile(r"^[^\S\n]*action\s*:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
 _THOUGHT_LINE = re.compile(
-    r"^\s*thought\s*:\s*(.*?)\s*(?=^\s*action\s*:|\Z)", re.IGNORECASE | re.MULTILINE | re.DOTALL
+    r"^[^\S\n]*thought\s*:(.*?)(?=^[^\S\n]*action\s*:|\Z)", re.IGNORECASE | re.MULTILINE | re.DOTALL
 )
-_CALL = re.compile(r"^\s*`*\s*([A-Za-z_][A-Za-z_ ]*?)\s*\((.*)\)\s*`*\s*\.?\s*$", re.DOTALL)
+_CALL = re.compile(r"^\s*`*\s*([A-Za-z_][A-Za-z_ ]{0,40}?)\s*\((.*)\)\s*`*\s*\.?\s*$", re.DOTALL)
+#: Longest reply parsed (about 4k tokens); an action reply is a few hundred characters.
+MAX_REPLY_CHARS = 16_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _BOOLEAN_WORDS = {"true": True, "false": False}
-_CODE_FENCE = re.compile(r"^\s*```[A-Za-z]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+_CODE_FENCE = re.compile(r"^\s*```[A-Za-z]*[^\S\n]*\n(.*?)\n[^\S\n]*```\s*$", re.DOTALL)
 
 
 def _literal(node: ast.expr, text: str) -> Any:
@@ -363,6 +368,8 @@ def _split_call(call: str, text: str) -> tuple[str, list[Any], dict[str, Any]]:
         tree = ast.parse(f"_({match.group(2)})", mode="eval")
     except SyntaxError as err:
         raise ActionParseError(f"the arguments of {name}(...) do not parse: {err.msg}", text) from None
+    except (RecursionError, MemoryError):  # e.g. thousands of nested operators
+        raise ActionParseError(f"the arguments of {name}(...) nest too deeply to parse", text) from None
     node = tree.body
     # "click(1) or click(2)" or "click(1)(2)" match the pattern but are not one call.
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_"):
@@ -468,10 +475,27 @@ def _build(name: str, positional: list[Any], keywords: dict[str, Any], text: str
         raise ActionParseError(f"{name}: {reasons}", text) from None
 
 
+def _unreadable(text: str) -> str | None:
+    """Why ``text`` cannot be model text worth parsing (too long, a NUL, a lone surrogate), or None."""
+    if len(text) > MAX_REPLY_CHARS:
+        return (
+            f"reply of {len(text)} characters is longer than the {MAX_REPLY_CHARS} an action reply may have"
+        )
+    if "\x00" in text:
+        return f"reply holds a NUL character at position {text.index(chr(0))}"
+    surrogate = _SURROGATE.search(text)  # e.g. from a JSON "\udcff" escape: not encodable text
+    if surrogate:
+        return f"reply holds a lone surrogate {surrogate.group()!r} at position {surrogate.start()}"
+    return None
+
+
 def parse_action(text: str) -> Action:
     """Parse one action from model text (the ``Action:`` line when there is one). Raises ActionParseError."""
     if not isinstance(text, str) or not text.strip():
         raise ActionParseError("empty model output: no action", text if isinstance(text, str) else "")
+    unreadable = _unreadable(text)
+    if unreadable:
+        raise ActionParseError(unreadable, text)
     lines = _ACTION_LINE.findall(text)
     if len(lines) > 1:
         raise ActionParseError("more than one 'Action:' line; exactly one action is allowed", text)

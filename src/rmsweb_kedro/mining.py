@@ -70,7 +70,7 @@ MINED_COLUMNS = pl.Schema(
         "n_samples": pl.Int32,  # K sampled actions scored for competence (0: not probed)
         "competence": pl.Float64,  # share of the K samples semantically equal to the reference; null: not probed
         "greedy_action": pl.String,  # canonical text, or null when the greedy output did not parse
-        "greedy_correct": pl.Boolean,
+        "step_success": pl.Boolean,  # the greedy action does what the reference does
         "failure_mode": pl.String,  # a FailureMode value, or null when no sample was wrong
         "sampled_actions": pl.List(pl.String),  # canonical texts; "<invalid: reason>" for unparsed outputs
         "selection": pl.String,  # "critical", "ballast" (rl_corpus: mined) or "full" (rl_corpus: full)
@@ -86,16 +86,26 @@ def _host(url: str) -> str:
     return normalize_url(url).split("/", 1)[0]
 
 
+def _as_references(reference: Action | Sequence[Action]) -> list[Action]:
+    return [reference] if isinstance(reference, Action) else list(reference)
+
+
+def is_right(action: Action | None, references: Sequence[Action]) -> bool:
+    """``action`` does what one of the reference actions does (``actions.semantically_equal``)."""
+    return any(semantically_equal(action, ref) for ref in references)
+
+
 def classify_failure(
     sample: Action | None,
-    reference: Action,
+    reference: Action | Sequence[Action],
     previous_actions: Sequence[Action] = (),
     *,
     state_url: str | None = None,
     env_error: bool = False,
     repeat_window: int = 1,
 ) -> FailureMode | None:
-    """The failure mode of ``sample`` (None: it did not parse) against ``reference``, or None when it is right.
+    """The failure mode of ``sample`` (None: it did not parse) against ``reference`` (one action, or the set of
+    actions that are right there: the first is the one a wrong sample is compared with), or None when it is right.
 
     ``previous_actions`` are the policy's earlier actions in the episode, oldest first; ``state_url`` is the page the
     state was on (an off-site ``goto`` is recognised against it and against the reference's url).
@@ -104,8 +114,10 @@ def classify_failure(
         return FailureMode.ENVIRONMENT_ERROR
     if sample is None:
         return FailureMode.INVALID_FORMAT
-    if semantically_equal(sample, reference):
+    references = _as_references(reference)
+    if is_right(sample, references):
         return None
+    reference = references[0]
     if sample.type in TERMINAL and reference.type not in TERMINAL:
         return FailureMode.PREMATURE_END
     if reference.type in TERMINAL and sample.type not in TERMINAL:
@@ -171,7 +183,7 @@ class StateScore:
     n_samples: int
     competence: float
     greedy_action: str | None
-    greedy_correct: bool
+    step_success: bool  # the greedy action's
     failure_mode: FailureMode | None
     sampled_actions: list[str]
 
@@ -179,27 +191,32 @@ class StateScore:
 def score_state(
     samples: Sequence[Sample],
     greedy: Sample,
-    reference: Action,
+    reference: Action | Sequence[Action],
     previous_actions: Sequence[Action] = (),
     *,
     state_url: str | None = None,
     repeat_window: int = 1,
 ) -> StateScore:
-    """Competence (share of ``samples`` semantically equal to ``reference``) and the failure mode of the greedy
-    action when it is wrong, else of the most frequent wrong sample (ties: the first sampled); None if none is wrong.
+    """Competence (share of ``samples`` semantically equal to ``reference``, or to one of a set of references) and
+    the failure mode of the greedy action when it is wrong, else of the most frequent wrong sample (ties: the first
+    sampled); None if none is wrong.
     """
     if not samples:
         raise ValueError("competence needs at least one sample (K >= 1)")
+    references = _as_references(reference)
+
+    def right(action: Action | None) -> bool:
+        return is_right(action, references)
 
     def mode(sample: Sample) -> FailureMode | None:
         return classify_failure(
-            sample.action, reference, previous_actions, state_url=state_url, repeat_window=repeat_window
+            sample.action, references, previous_actions, state_url=state_url, repeat_window=repeat_window
         )
 
-    correct = sum(semantically_equal(s.action, reference) for s in samples)
+    correct = sum(right(s.action) for s in samples)
     failure = mode(greedy)
     if failure is None:
-        wrong = Counter(s.label for s in samples if not semantically_equal(s.action, reference))
+        wrong = Counter(s.label for s in samples if not right(s.action))
         if wrong:
             majority = wrong.most_common(1)[0][0]
             failure = mode(next(s for s in samples if s.label == majority))
@@ -207,7 +224,7 @@ def score_state(
         n_samples=len(samples),
         competence=correct / len(samples),
         greedy_action=str(greedy.action) if greedy.action is not None else None,
-        greedy_correct=semantically_equal(greedy.action, reference),
+        step_success=right(greedy.action),
         failure_mode=failure,
         sampled_actions=[s.label for s in samples],
     )

@@ -1,15 +1,15 @@
-"""Evaluate-area fixtures: where the shared benchmark files are, and a real local OpenAI-compatible judge server."""
+"""Evaluate-area fixtures: where the shared benchmark files are, and the real local OpenAI-compatible test server
+answering as a judge."""
 
 from __future__ import annotations
 
-import json
 import os
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.collect.local_openai_server import LocalChatServer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _REPO = Path(__file__).resolve().parents[2]
@@ -61,68 +61,9 @@ def judge_model(body: dict) -> str:
     return 400
 
 
-class ScriptedChatServer:
-    """An OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1 that answers each request with the next
-    queued reply text (or HTTP status), or else with ``respond(request body)``, and keeps every request body, so a
-    judge's real HTTP exchange is tested."""
-
-    def __init__(self) -> None:
-        self.replies: list[str | int] = []
-        self.respond: Callable[[dict], str | int] | None = None
-        self.requests: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(body)
-                if server.replies:
-                    reply = server.replies.pop(0)
-                else:
-                    reply = server.respond(body) if server.respond else 500
-                if isinstance(reply, int):
-                    self.send_response(reply)
-                    self.end_headers()
-                    return
-                payload = json.dumps(
-                    {
-                        "id": f"chatcmpl-{len(server.requests)}",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": reply},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture()
-def chat_server() -> Iterator[ScriptedChatServer]:
-    server = ScriptedChatServer()
-    yield server
-    server.close()
+def chat_server() -> Iterator[LocalChatServer]:
+    """The one test server (tests/collect/local_openai_server.py) without a model: it answers from its queued
+    ``replies`` or ``respond(body)``, so a judge's real HTTP exchange is tested."""
+    with LocalChatServer() as server:
+        yield server

@@ -14,8 +14,8 @@ from kedro.runner import SequentialRunner
 from rmsweb_kedro import reporting
 from rmsweb_kedro.pipelines.evaluate import nodes, report
 from rmsweb_kedro.pipelines.evaluate.pipeline import MODELS, create_pipeline
-from rmsweb_kedro.pipelines.evaluate.step_metrics import score_step
 from rmsweb_kedro.schema import JudgeSpec, Task
+from rmsweb_kedro.scoring import score_step
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = {

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 
 from rmsweb_kedro.pipelines.evaluate import nodes
-from rmsweb_kedro.pipelines.evaluate.step_metrics import score_step
 from rmsweb_kedro.schema import STATE_SCHEMA
+from rmsweb_kedro.scoring import score_step
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def test_every_chosen_state_is_replied_to_and_scored(tiny_checkpoint, tiny_state
     assert predictions.schema == nodes.OFFLINE_PREDICTION_SCHEMA
     assert predictions.height == 3 and set(predictions["model"]) == {"base"}
     assert set(predictions["state_id"]) <= set(states["state_id"])
-    # Replies are the model's own text, scored as step_metrics scores them.
+    # Replies are the model's own text, scored as scoring.score_step scores them.
     for row in predictions.iter_rows(named=True):
         assert row | score_step(row["reference_action"], row["reply"]).row() == row
 

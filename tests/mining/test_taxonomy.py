@@ -117,11 +117,11 @@ def test_score_state_competence_and_mode():
     # the greedy action is right: the failure mode is the majority wrong sample's
     score = score_state(samples, Sample(A('type(5, "Paris")')), reference)
     assert score.competence == 0.25
-    assert score.greedy_correct and score.failure_mode == FailureMode.WRONG_ARGUMENT
+    assert score.step_success and score.failure_mode == FailureMode.WRONG_ARGUMENT
     assert score.sampled_actions[-1] == "<invalid: no action>"
     # a wrong greedy action decides the mode
     score = score_state(samples, Sample(A("click(5)")), reference)
-    assert not score.greedy_correct and score.failure_mode == FailureMode.WRONG_ACTION_TYPE
+    assert not score.step_success and score.failure_mode == FailureMode.WRONG_ACTION_TYPE
     assert score.greedy_action == "click(5)"
     # all right: no mode
     score = score_state([Sample(reference)] * 3, Sample(reference), reference)

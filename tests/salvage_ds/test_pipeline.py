@@ -48,7 +48,7 @@ def test_node_trains_and_reports(sft_tiny, tmp_path):
     )
     assert rmsweb_model.processor is processor
     assert metrics["step"].to_list() == [0, 1, 2]  # step 0: before training
-    splits, measures = ("train", "held_out", "val"), ("greedy_accuracy", "competence", "valid_rate")
+    splits, measures = ("train", "held_out", "val"), ("step_success_rate", "competence", "valid_rate")
     scored = {f"eval/{split}/{m}" for split in splits for m in measures}
     assert {"train/acceptance_rate", "train/anchor_share", "train/kl", *scored} <= set(metrics.columns)
     assert metrics.filter(pl.col("step") == 0)["train/loss"].to_list() == [None]
@@ -62,7 +62,7 @@ def test_node_trains_and_reports(sft_tiny, tmp_path):
     assert set(report["before"]) == set(report["after"]) == {"train", "held_out", "val"}
     before, after = metrics.row(0, named=True), metrics.row(-1, named=True)
     assert report["before"]["val"]["competence"] == before["eval/val/competence"]
-    assert report["after"]["held_out"]["greedy_accuracy"] == after["eval/held_out/greedy_accuracy"]
+    assert report["after"]["held_out"]["step_success_rate"] == after["eval/held_out/step_success_rate"]
     assert (tmp_path / "run" / "checkpoints").is_dir()
     figure = plot_salvage_ds_metrics(metrics)
     assert [ax.get_title() for ax in figure.axes][-2:] == ["held-out critical states", "val steps"]

@@ -100,11 +100,21 @@ class EndpointError(RuntimeError):
 
 
 @dataclass
-class Completion:
+class Choice:
+    """One of a completion's ``n`` choices; ``logprobs``: per completion token, where asked for and returned."""
+
     text: str
-    usage: Usage
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+
+@dataclass
+class Completion:
+    text: str  # the first choice's
+    usage: Usage  # of the whole request (all choices)
     cost_usd: float
     failures: list[str] = field(default_factory=list)  # retried errors before this success
+    choices: list[Choice] = field(default_factory=list)
 
 
 class ChatEndpoint:
@@ -117,17 +127,26 @@ class ChatEndpoint:
         credentials_file: str | Path = "conf/local/credentials.yml",
         sleep: Callable[[float], None] = time.sleep,
     ):
-        from openai import OpenAI
-
         self.config = config
         self._sleep = sleep
+        self._api_key = resolve_api_key(config, credentials_file)
+        self._connect()
+
+    def _connect(self) -> None:
+        from openai import OpenAI
+
         # The client's own retries are off: this class retries, so every failure is counted and logged.
         self._client = OpenAI(
-            base_url=config.base_url,
-            api_key=resolve_api_key(config, credentials_file),
-            timeout=config.timeout_s,
-            max_retries=0,
+            base_url=self.config.base_url, api_key=self._api_key, timeout=self.config.timeout_s, max_retries=0
         )
+
+    # An endpoint travels to Ray actors (rollouts) by pickle; the HTTP client (locks, sockets) is rebuilt there.
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "_client"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._connect()
 
     def cost(self, usage: Usage) -> float:
         """US dollars for ``usage`` at this endpoint's prices."""
@@ -137,9 +156,34 @@ class ChatEndpoint:
             + usage.completion_tokens * c.price_completion_per_million
         ) / 1e6
 
-    def complete(self, messages: list[dict[str, Any]], max_tokens: int | None = None) -> Completion:
-        """One chat completion's text and usage. Raises :class:`EndpointError` when every try failed."""
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        max_tokens: int | None = None,
+        *,
+        n: int = 1,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        logprobs: bool = False,
+    ) -> Completion:
+        """One chat completion's text(s) and usage: ``n`` choices, at ``temperature`` (default: the config's),
+        ``top_p`` and ``seed`` where given, with each choice's token log-probabilities when ``logprobs`` (servers
+        that do not return them leave ``Choice.logprobs`` None). Raises :class:`EndpointError` when every try
+        failed."""
         import openai
+
+        sampling: dict[str, Any] = {
+            "temperature": self.config.temperature if temperature is None else temperature
+        }
+        if n != 1:
+            sampling["n"] = n
+        if top_p is not None:
+            sampling["top_p"] = top_p
+        if seed is not None:
+            sampling["seed"] = seed
+        if logprobs:
+            sampling["logprobs"] = True
 
         retryable = (
             openai.RateLimitError,
@@ -153,8 +197,8 @@ class ChatEndpoint:
                 response = self._client.chat.completions.create(
                     model=self.config.model,
                     messages=messages,
-                    temperature=self.config.temperature,
                     max_tokens=max_tokens or self.config.max_tokens,
+                    **sampling,
                     extra_body=self.config.extra_body or None,
                 )
             except openai.APIStatusError as err:
@@ -164,13 +208,14 @@ class ChatEndpoint:
             except retryable as err:
                 failures.append(f"{type(err).__name__}: {str(err)[:200]}")
             else:
-                text = (response.choices[0].message.content or "") if response.choices else ""
+                choices = [_choice(c) for c in response.choices or []]
                 raw_usage = response.usage
                 usage = Usage(
                     prompt_tokens=getattr(raw_usage, "prompt_tokens", 0) or 0,
                     completion_tokens=getattr(raw_usage, "completion_tokens", 0) or 0,
                 )
-                return Completion(text=text, usage=usage, cost_usd=self.cost(usage), failures=failures)
+                text = choices[0].text if choices else ""
+                return Completion(text, usage, self.cost(usage), failures, choices)
             if attempt < self.config.max_retries:
                 delay = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
                 logger.warning(
@@ -180,3 +225,13 @@ class ChatEndpoint:
         raise EndpointError(
             f"{self.config.base_url}: failed {len(failures)} times; last: {failures[-1]}", failures
         )
+
+
+def _choice(choice: Any) -> Choice:
+    """A response choice as a :class:`Choice` (vLLM's and OpenAI's ``logprobs.content[i].logprob``)."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    return Choice(
+        text=choice.message.content or "",
+        logprobs=[entry.logprob for entry in content] if content else None,
+        finish_reason=choice.finish_reason,
+    )

@@ -2,31 +2,62 @@
 an endpoint in YAML, not code.
 
     teacher:   {kind: scripted, imperfections: {...}}      or {kind: openai, endpoint: {...}, send_screenshot: true}
+                                                          or {kind: policy, policy: {...}, checkpoint: DIR}
     reflector: {kind: scripted}                           or {kind: openai, endpoint: {...}}
     judge:     {kind: sandbox_checker}                    or {kind: webvoyager, endpoint: {...}, last_k: 15}
                                                           or {kind: webjudge, endpoint: {...}, score_threshold: 3}
+    policy:    {kind: hf, dtype: auto, device: auto}       or {kind: openai, endpoint: {...}, tokenizer: DIR}
+
+The policy (the model being trained, probed and evaluated) has the same two kinds everywhere it is used (mining,
+evaluate offline and online, live, a model teacher): ``hf``, the checkpoint in this process, or ``openai``, the
+same checkpoint served by vLLM, SGLang or ``transformers serve``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.agents.base import Agent, Judge, Reflector
+from rmsweb_kedro.agents.base import Agent, Judge, Policy, Reflector
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.agents.scripted import TeacherImperfections
+
+
+class PolicySpec(BaseModel):
+    """``policy:``: which policy acts and how it is reached. ``prompt`` must be what the checkpoint was trained with
+    (``${globals:policy_prompt}``); stages that read the SFT prompt elsewhere pass it to :func:`build_policy`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["hf", "openai"] = "hf"
+    prompt: dict[str, Any] = Field(default_factory=dict)  # prompts.PromptConfig fields
+    max_new_tokens: int = Field(default=40, gt=0)
+    batch_size: int = Field(
+        default=16, gt=0, description="hf: sequences a generate call; openai: requests at once"
+    )
+    dtype: str = "auto"  # hf: modeling.resolve_dtype (auto: bf16 on an accelerator, float32 on the CPU)
+    device: str = "auto"  # hf: modeling.resolve_device (auto: the GPU when there is one)
+    endpoint: EndpointConfig | None = None  # openai: base_url, model (the served name), retries, ...
+    #: openai: a directory holding the checkpoint's tokenizer, so the page tree is cut to its token budget exactly
+    #: as in training (null: 4 characters a token).
+    tokenizer: str | None = None
 
 
 class TeacherSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["scripted", "openai"] = "scripted"
+    #: scripted: the sandbox teacher; openai: a general model with the teacher prompt; policy: a trained policy
+    #: checkpoint (``policy``: in this process or served) acting with its own training prompt.
+    kind: Literal["scripted", "openai", "policy"] = "scripted"
     imperfections: TeacherImperfections = Field(default_factory=TeacherImperfections)
     endpoint: EndpointConfig | None = None
     send_screenshot: bool = True
     history_limit: int = 8
+    policy: PolicySpec | None = None
+    checkpoint: str | None = None  # kind policy, policy.kind hf: the checkpoint directory
 
 
 class ReflectorSpec(BaseModel):
@@ -63,6 +94,11 @@ def teacher_factory(
         from rmsweb_kedro.agents.scripted import ScriptedTeacher
 
         return lambda seed: ScriptedTeacher(seed=seed, imperfections=spec.imperfections)
+    if spec.kind == "policy":
+        if spec.policy is None:
+            raise ValueError("teacher: kind 'policy' needs a 'policy' ({kind: hf|openai, ...})")
+        policy = build_policy(spec.policy, spec.checkpoint, credentials_file=credentials_file)
+        return lambda seed: policy
     from rmsweb_kedro.agents.openai_roles import OpenAITeacher
 
     teacher = OpenAITeacher(
@@ -105,4 +141,51 @@ def build_judge(
         return WebVoyagerJudge(endpoint, spec.last_k, official_prompts=spec.official_prompts, **budget)
     return WebJudge(
         endpoint, spec.score_threshold, spec.max_images, official_prompts=spec.official_prompts, **budget
+    )
+
+
+def build_policy(
+    spec: PolicySpec | dict,
+    checkpoint: Any = None,
+    *,
+    prompt: dict[str, Any] | None = None,
+    greedy: bool = True,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    credentials_file: str = "conf/local/credentials.yml",
+) -> Policy:
+    """The policy ``spec`` asks for. ``hf``: over ``checkpoint``, a checkpoint dataset's value (a directory path or
+    a ``(model, processor)`` pair); ``openai``: the served model at ``spec.endpoint`` (``checkpoint`` is not
+    loaded). ``prompt`` (default ``spec.prompt``), ``greedy``, ``temperature`` and ``top_p`` are how it acts."""
+    spec = PolicySpec.model_validate(spec)
+    settings = {
+        "prompt": spec.prompt if prompt is None else prompt,
+        "greedy": greedy,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": spec.max_new_tokens,
+    }
+    if spec.kind == "openai":
+        from rmsweb_kedro.agents.openai_policy import OpenAIPolicy
+
+        tokenizer = None
+        if spec.tokenizer:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer)
+        endpoint = _endpoint(spec, "policy", credentials_file)
+        return OpenAIPolicy(endpoint, tokenizer=tokenizer, concurrency=spec.batch_size, **settings)
+    from rmsweb_kedro.agents.hf_policy import HFPolicy
+
+    if isinstance(checkpoint, tuple):
+        from rmsweb_kedro.modeling import place_model
+
+        model, processor = checkpoint
+        return HFPolicy(place_model(model, spec.device), processor, batch_size=spec.batch_size, **settings)
+    if checkpoint is None or not Path(str(checkpoint)).is_dir():
+        raise ValueError(
+            f"policy kind 'hf' needs a checkpoint directory or a (model, processor) pair, got {checkpoint!r}"
+        )
+    return HFPolicy.from_pretrained(
+        str(checkpoint), dtype=spec.dtype, device=spec.device, batch_size=spec.batch_size, **settings
     )

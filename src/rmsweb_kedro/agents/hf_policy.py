@@ -1,4 +1,5 @@
-"""HFPolicy: a local Hugging Face Qwen3-VL policy with batched generation, greedy or sampled.
+"""HFPolicy: a local Hugging Face Qwen3-VL policy with batched generation, greedy or sampled (the ``hf`` kind of
+:class:`agents.base.Policy`; ``openai`` is :class:`agents.openai_policy.OpenAIPolicy`).
 
 One sampling routine, :func:`sample_replies`, serves every stage that generates from a local checkpoint: this
 policy's two faces, failure mining, Salvage-DS training (its groups) and its competence evaluation:
@@ -15,32 +16,12 @@ with :func:`actions.parse_reply`, and a reply that does not parse is returned wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmsweb_kedro.actions import Action, ActionParseError, parse_reply
-from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths, render_prompt, state_from_live
-from rmsweb_kedro.schema import Observation, Step, Task, Usage
-
-
-@dataclass
-class PolicySample:
-    """One generated reply. ``logprobs[i]`` is log pi(completion_ids[i] | prompt, earlier tokens) under the model
-    itself (temperature 1, no top-p), whatever the sampling settings were; empty when not asked for."""
-
-    text: str
-    thought: str | None
-    action: Action | None
-    error: str | None
-    prompt_ids: list[int] = field(repr=False)
-    completion_ids: list[int] = field(repr=False)
-    logprobs: list[float] = field(repr=False)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.prompt_ids)
+from rmsweb_kedro.agents.base import Decision, PolicySample, act_by_sampling, parse_sample
+from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths, render_prompt
+from rmsweb_kedro.schema import Observation, Step, Task
 
 
 def prompt_inputs(states: list[dict[str, Any]], prompt: PromptConfig, processor):
@@ -62,16 +43,6 @@ def stop_ids(model, tokenizer) -> set[int]:
     eos = model.generation_config.eos_token_id
     ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
     return {*ids, tokenizer.pad_token_id}
-
-
-def parse_sample(text: str) -> tuple[str | None, Action | None, str | None]:
-    """``(thought, action, error)`` of a reply's text; the action is None (and the error says why) unless the text
-    is exactly one valid reply."""
-    try:
-        thought, action = parse_reply(text)
-        return thought, action, None
-    except ActionParseError as err:
-        return None, None, err.reason
 
 
 def sample_replies(
@@ -160,13 +131,19 @@ class HFPolicy:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, dtype: str = "float32", attn_implementation: str | None = "sdpa", **kw
+        cls,
+        path: str | Path,
+        dtype: str = "float32",
+        attn_implementation: str | None = "sdpa",
+        device: str = "auto",
+        **kw,
     ):
-        """Load a checkpoint directory (the tiny one, an SFT output, or a real Qwen3-VL-Instruct)."""
+        """Load a checkpoint directory (the tiny one, an SFT output, or a real Qwen3-VL-Instruct) onto
+        ``device`` (``modeling.resolve_device``: ``auto`` is the accelerator when there is one)."""
         from rmsweb_kedro.modeling import load_model
 
         model, processor = load_model(
-            {"path": str(path), "dtype": dtype, "attn_implementation": attn_implementation}
+            {"path": str(path), "dtype": dtype, "attn_implementation": attn_implementation, "device": device}
         )
         return cls(model, processor, name=kw.pop("name", f"hf-policy:{path}"), **kw)
 
@@ -175,10 +152,7 @@ class HFPolicy:
     def act(
         self, task: Task, observation: Observation, history: list[Step], reflections: list[str]
     ) -> Decision:
-        state = state_from_live(task, observation, history, reflections)
-        sample = self.sample([state], n=1)[0][0]
-        usage = Usage(prompt_tokens=sample.prompt_tokens, completion_tokens=len(sample.completion_ids))
-        return Decision(sample.action, sample.thought, sample.text, sample.error, usage)
+        return act_by_sampling(self, task, observation, history, reflections)
 
     # ------------------------------------------------------------------ batched sampling
 
@@ -191,9 +165,10 @@ class HFPolicy:
         top_p: float | None = None,
         max_new_tokens: int | None = None,
         seed: int | None = None,
+        logprobs: bool = True,
     ) -> list[list[PolicySample]]:
         """``n`` replies for each state (a STATE row as a dict), ``batch_size`` sequences a ``generate`` call;
-        settings default to the policy's own."""
+        settings default to the policy's own; ``seed`` seeds torch's generator first."""
         import torch
 
         settings = {
@@ -208,5 +183,7 @@ class HFPolicy:
         results: list[list[PolicySample]] = []
         for start in range(0, len(states), states_per_chunk):
             chunk = states[start : start + states_per_chunk]
-            results += sample_replies(self.model, self.processor, chunk, self.prompt, n, **settings)
+            results += sample_replies(
+                self.model, self.processor, chunk, self.prompt, n, logprobs=logprobs, **settings
+            )
         return results

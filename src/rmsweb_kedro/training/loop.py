@@ -347,7 +347,7 @@ def train_loop(
     """Train ``model`` for ``config.max_steps`` optimizer steps (or until ``max_seconds``); see the module doc.
 
     ``train_samples``/``eval_samples``: any indexable sequence (a list of dicts is typical). ``eval_fn(model)``
-    returns extra metrics at each evaluation, logged as they are named (e.g. ``{'eval/step_accuracy': 0.4}``).
+    returns extra metrics at each evaluation, logged as they are named (e.g. ``{'eval/val/step_success_rate': 0.4}``).
     Pass ``accelerator`` to share one (e.g. to build the model under it); by default one is made from ``config``.
     ``rollout``: see the module doc (it receives the prepared model, e.g. DDP-wrapped).
     """

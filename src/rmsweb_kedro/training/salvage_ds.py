@@ -626,28 +626,25 @@ class SalvageDSStep:
 def evaluate_competence(
     model, states: list[PreparedState], p: SalvageDSParams, processor, prompt_config, n: int, chunk: int = 8
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """``(summary, per_state)``: greedy accuracy, competence (share of ``n`` sampled replies that are right,
-    averaged over states) and valid-output rate of ``model`` on ``states``; competence of each state by id."""
-    greedy_right, competence, valid, per_state = 0, 0.0, 0, {}
+    """``(summary, per_state)``: ``step_success_rate`` (of the greedy reply), ``competence`` (share of ``n``
+    sampled replies that are right, averaged over states) and ``valid_rate`` (share of them that parse) of
+    ``model`` on ``states``, scored by :func:`rmsweb_kedro.scoring.score_states` against each state's reference
+    set (the reward's); competence of each state by id."""
+    from rmsweb_kedro.agents.hf_policy import HFPolicy
+    from rmsweb_kedro.scoring import ScoringConfig, rates, score_states
+
     was_training = model.training
-    model.eval()
-    for start in range(0, len(states), chunk):
-        part = states[start : start + chunk]
-        greedy = sample_groups(model, processor, part, prompt_config, p, 1, greedy=True)
-        sampled = sample_groups(model, processor, part, prompt_config, p, n)
-        for state, (best,), samples in zip(part, greedy, sampled, strict=True):
-            greedy_right += is_right(best.action, state.references)
-            per_state[state.state_id] = sum(is_right(s.action, state.references) for s in samples) / n
-            competence += per_state[state.state_id]
-            valid += sum(s.action is not None for s in samples)
+    sampling = {"temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": p.max_new_tokens}
+    policy = HFPolicy(model, processor, prompt_config, batch_size=chunk * n, **sampling)  # sets eval mode
+    scored = score_states(
+        [s.row for s in states],
+        policy,
+        ScoringConfig(k=n, batch_size=chunk, **sampling),
+        references=[s.references for s in states],
+    )
     model.train(was_training)
-    count = max(1, len(states))
-    summary = {
-        "greedy_accuracy": greedy_right / count,
-        "competence": competence / count,
-        "valid_rate": valid / (count * n),
-    }
-    return summary, per_state
+    summary = {name: rates(scored)[name] for name in ("step_success_rate", "competence", "valid_rate")}
+    return summary, dict(zip(scored["state_id"], scored["competence"], strict=True))
 
 
 def competence_eval_fn(

@@ -1,7 +1,8 @@
 """Nodes of the ``evaluate`` pipeline: offline step metrics and online success per model, the comparison table,
 the plots and the report. Models are checkpoint datasets (a directory path or a ``(model, processor)`` pair)
-acted through :class:`~rmsweb_kedro.agents.hf_policy.HFPolicy`; online episodes run in the real sandbox through
-:func:`~rmsweb_kedro.rollouts.run_rollouts`, judged by the sandbox checker.
+acted through the policy ``evaluate.policy`` asks for (``hf``, in this process, or ``openai``, served;
+agents.factory.build_policy) and scored offline by :func:`~rmsweb_kedro.scoring.score_states`; online episodes run
+in the real sandbox through :func:`~rmsweb_kedro.rollouts.run_rollouts`, judged by the sandbox checker.
 """
 
 from __future__ import annotations
@@ -13,24 +14,18 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.pipelines.evaluate.step_metrics import METRICS, rates, score_step
+from rmsweb_kedro.agents.endpoint import EndpointConfig
+from rmsweb_kedro.agents.factory import PolicySpec
 from rmsweb_kedro.reporting import wilson_interval
 from rmsweb_kedro.rollouts import trajectory_row
 from rmsweb_kedro.schema import draw_states
+from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
 
 logger = logging.getLogger(__name__)
 
 
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class PolicyParams(_Params):
-    #: prompts.PromptConfig fields; must be what the model was trained with (the sft parameters' prompt).
-    prompt: dict[str, Any] = Field(default_factory=dict)
-    max_new_tokens: int = Field(default=40, gt=0)
-    batch_size: int = Field(default=16, gt=0)
-    dtype: str = "float32"
 
 
 class OfflineParams(_Params):
@@ -74,7 +69,10 @@ class Claim(_Params):
 
 
 class EvaluateParams(_Params):
-    policy: PolicyParams = Field(default_factory=PolicyParams)
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    #: policy.kind openai: the endpoint serving each evaluated model (base, sft, rmsweb); a model not named here
+    #: is reached at policy.endpoint.
+    served: dict[str, EndpointConfig] = Field(default_factory=dict)
     offline: OfflineParams = Field(default_factory=OfflineParams)
     online: OnlineParams = Field(default_factory=OnlineParams)
     cost: CostModel = Field(default_factory=CostModel)
@@ -87,24 +85,21 @@ class EvaluateParams(_Params):
 # ---------------------------------------------------------------- policy
 
 
-def load_policy(model: Any, params: EvaluateParams, greedy: bool = True) -> Any:
-    """An HFPolicy over a checkpoint dataset's value (a directory path, or a ``(model, processor)`` pair); an
-    object that already acts (any :class:`~rmsweb_kedro.agents.base.Agent`: a scripted teacher as a ceiling, an
-    OpenAI-compatible policy) is evaluated as it is."""
+def load_policy(
+    model: Any, params: EvaluateParams, greedy: bool = True, model_name: str | None = None
+) -> Any:
+    """The policy ``evaluate.policy`` asks for over a checkpoint dataset's value (a directory path, or a
+    ``(model, processor)`` pair; agents.factory.build_policy), or served (``openai``: at ``served[model_name]``,
+    else ``policy.endpoint``); an object that already acts (any :class:`~rmsweb_kedro.agents.base.Agent`: a
+    scripted teacher as a ceiling) is evaluated as it is."""
     if hasattr(model, "act"):
         return model
-    from rmsweb_kedro.agents.hf_policy import HFPolicy
+    from rmsweb_kedro.agents.factory import build_policy
 
-    settings = {
-        "prompt": params.policy.prompt,
-        "greedy": greedy,
-        "temperature": params.online.temperature,
-        "max_new_tokens": params.policy.max_new_tokens,
-        "batch_size": params.policy.batch_size,
-    }
-    if isinstance(model, tuple):
-        return HFPolicy(*model, **settings)
-    return HFPolicy.from_pretrained(str(model), dtype=params.policy.dtype, **settings)
+    spec = params.policy
+    if spec.kind == "openai" and model_name in params.served:
+        spec = spec.model_copy(update={"endpoint": params.served[model_name]})
+    return build_policy(spec, model, greedy=greedy, temperature=params.online.temperature)
 
 
 # ---------------------------------------------------------------- offline
@@ -114,26 +109,21 @@ def predict_offline(
     states: pl.DataFrame, model: Any, params: dict[str, Any], model_name: str
 ) -> pl.DataFrame:
     """The model's greedy reply at each held-out state (up to ``offline.max_states``, drawn with the seed),
-    scored against the reference action (step_metrics.SCORE_SCHEMA columns)."""
+    scored against the reference action by :func:`~rmsweb_kedro.scoring.score_states` (the step-metric columns of
+    :data:`~rmsweb_kedro.scoring.STEP_SCHEMA`)."""
+    from rmsweb_kedro.scoring import ScoringConfig, score_states
+
     config = EvaluateParams.model_validate(params)
-    rows = draw_states(states, config.offline.max_states, config.seed).to_dicts()
-    policy = load_policy(model, config)
-    samples = policy.sample(rows, n=1, greedy=True) if rows else []
-    scored = []
-    for state, (sample,) in zip(rows, samples, strict=True):
-        scored.append(
-            {
-                "model": model_name,
-                "state_id": state["state_id"],
-                "task_id": state["task_id"],
-                "site": state["site"],
-                "reference_action": state["reference_action"],
-                "reply": sample.text,
-                **score_step(state["reference_action"], sample.text).row(),
-            }
-        )
-    logger.info("offline %s: %d states scored", model_name, len(scored))
-    return pl.DataFrame(scored, schema=OFFLINE_PREDICTION_SCHEMA)
+    drawn = draw_states(states, config.offline.max_states, config.seed)
+    scoring = ScoringConfig(max_new_tokens=config.policy.max_new_tokens, batch_size=config.policy.batch_size)
+    scored = score_states(drawn.to_dicts(), load_policy(model, config, model_name=model_name), scoring)
+    logger.info("offline %s: %d states scored", model_name, scored.height)
+    meta = drawn.select("task_id", "site", "reference_action")
+    return (
+        pl.concat([scored, meta], how="horizontal")
+        .with_columns(pl.lit(model_name).alias("model"))
+        .select(OFFLINE_PREDICTION_SCHEMA.names())
+    )
 
 
 OFFLINE_PREDICTION_SCHEMA = pl.Schema(
@@ -144,13 +134,7 @@ OFFLINE_PREDICTION_SCHEMA = pl.Schema(
         "site": pl.String,
         "reference_action": pl.String,
         "reply": pl.String,
-        "valid": pl.Boolean,
-        "type_match": pl.Boolean,
-        "element_match": pl.Boolean,
-        "argument_match": pl.Boolean,
-        "success": pl.Boolean,
-        "predicted_action": pl.String,
-        "parse_error": pl.String,
+        **STEP_SCHEMA,
     }
 )
 
@@ -158,9 +142,9 @@ OFFLINE_PREDICTION_SCHEMA = pl.Schema(
 def offline_metrics(predictions: pl.DataFrame) -> pl.DataFrame:
     """The five offline rates per model, in the order the models were evaluated."""
     models = predictions["model"].unique(maintain_order=True).to_list()
-    rows = [{"model": m, **rates(predictions.filter(pl.col("model") == m))} for m in models]
+    rows = [{"model": m, **step_rates(predictions.filter(pl.col("model") == m))} for m in models]
     return pl.DataFrame(
-        rows, schema={"model": pl.String, "n_states": pl.Int64} | dict.fromkeys(METRICS, pl.Float64)
+        rows, schema={"model": pl.String, "n_states": pl.Int64} | dict.fromkeys(STEP_METRICS, pl.Float64)
     )
 
 
@@ -229,7 +213,7 @@ def run_online(
     if not tasks:
         logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)
         return pl.DataFrame(schema=EPISODE_SCHEMA)
-    policy = load_policy(model, config, greedy=online.greedy)
+    policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
     episodes = [
         EpisodeSpec(
             key=f"{model_name}/r{run}/{task.id}",
@@ -359,7 +343,7 @@ def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, params: dict[s
     for model in models:
         row: dict[str, Any] = {"model": model}
         mine = offline.filter(pl.col("model") == model)
-        row |= {m: (mine[m][0] if mine.height else None) for m in ("n_states", *METRICS)}
+        row |= {m: (mine[m][0] if mine.height else None) for m in ("n_states", *STEP_METRICS)}
         row |= success_summary(episodes.filter(pl.col("model") == model), confidence)
         rows.append(row)
     return pl.DataFrame(rows, schema=COMPARISON_SCHEMA)
@@ -367,7 +351,7 @@ def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, params: dict[s
 
 COMPARISON_SCHEMA = pl.Schema(
     {"model": pl.String, "n_states": pl.Int64}
-    | dict.fromkeys(METRICS, pl.Float64)
+    | dict.fromkeys(STEP_METRICS, pl.Float64)
     | {"episodes": pl.Int64, "env_errors": pl.Int64}
     | dict.fromkeys(
         [

@@ -140,15 +140,12 @@ def plot_steps_on_solved(episodes: pl.DataFrame):
 
 def failure_modes(predictions: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataFrame:
     """Counts per model of why a step was wrong offline and why an episode failed online."""
-    offline = predictions.filter(~pl.col("success")).select(
+    offline = predictions.filter(~pl.col("step_success")).select(
         "model",
         pl.lit("offline step").alias("where"),
-        pl.when(~pl.col("valid")).then(pl.lit("invalid format"))
-        .when(~pl.col("type_match")).then(pl.lit("wrong action type"))
-        .when(pl.col("element_match") == False).then(pl.lit("wrong element"))  # noqa: E712 (polars expression)
-        .when(pl.col("argument_match") == False).then(pl.lit("wrong argument"))  # noqa: E712
-        .otherwise(pl.lit("other")).alias("mode"),
-    )  # fmt: skip
+        # mining's taxonomy (scoring labels every reply with it), in words
+        pl.col("failure_mode").fill_null("other").str.replace_all("_", " ").alias("mode"),
+    )
     online = episodes.filter(~pl.col("success").fill_null(False)).select(
         "model",
         pl.lit("online episode").alias("where"),

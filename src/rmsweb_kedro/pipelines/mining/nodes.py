@@ -11,16 +11,13 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from rmsweb_kedro.agents.factory import PolicySpec
 from rmsweb_kedro.mining import (
     CRITICAL_STATE_SCHEMA,
     MINED_COLUMNS,
     FailureMode,
-    Sample,
     concentration,
     deduplicate_states,
-    parse_history,
-    reference_action,
-    score_state,
     select_states,
     unseen_states,
 )
@@ -52,7 +49,9 @@ class MiningParams(BaseModel):
     top_p: float = Field(default=1.0, gt=0, le=1)
     max_new_tokens: int = Field(default=48, ge=1)
     batch_size: int = Field(default=16, ge=1, description="states per generate call (each repeated k times)")
-    dtype: str = "float32"
+    #: the SFT policy: kind hf (sft_model in this process) or openai (it served); its batch_size and
+    #: max_new_tokens are the two above.
+    policy: PolicySpec = Field(default_factory=PolicySpec)
     competence_threshold: float = Field(
         default=0.5, gt=0, le=1, description="critical: competence below this"
     )
@@ -71,23 +70,19 @@ class MiningParams(BaseModel):
 
 
 def load_policy(sft_model: Any, params: MiningParams, prompt: dict[str, Any], greedy: bool = False):
-    """An HFPolicy over the SFT checkpoint (a ``(model, processor)`` pair as the checkpoint dataset loads it, or a
-    checkpoint directory), prompting exactly as SFT trained it (``prompt``: ``params:sft.training.prompt``);
-    ``greedy`` is how it acts in rollouts, probing chooses per call."""
-    from rmsweb_kedro.agents.hf_policy import HFPolicy
+    """The SFT policy ``params.policy`` asks for (agents.factory.build_policy: ``hf`` over ``sft_model``, a
+    ``(model, processor)`` pair or a checkpoint directory, or ``openai``, it served), prompting exactly as SFT
+    trained it (``prompt``: ``params:sft.training.prompt``); ``greedy`` is how it acts in rollouts, probing chooses
+    per call."""
+    from rmsweb_kedro.agents.factory import build_policy
 
-    settings = {
-        "prompt": prompt,
-        "greedy": greedy,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "max_new_tokens": params.max_new_tokens,
-        "batch_size": params.batch_size * params.k,  # sequences a generate call: batch_size states, k each
-    }
-    if isinstance(sft_model, tuple):
-        model, processor = sft_model
-        return HFPolicy(model, processor, **settings)
-    return HFPolicy.from_pretrained(str(sft_model), dtype=params.dtype, **settings)
+    # batch_size states of k samples each in one generate call (or that many requests at once)
+    spec = params.policy.model_copy(
+        update={"batch_size": params.batch_size * params.k, "max_new_tokens": params.max_new_tokens}
+    )
+    return build_policy(
+        spec, sft_model, prompt=prompt, greedy=greedy, temperature=params.temperature, top_p=params.top_p
+    )
 
 
 def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
@@ -109,44 +104,29 @@ def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame
 def probe_states(
     policy: Any, states: pl.DataFrame, params: MiningParams, progress: bool = True
 ) -> pl.DataFrame:
-    """``states`` with the probe columns: K samples and the greedy action per state, in batched generation;
-    competence and failure mode from them. Unparseable reference actions raise naming the state."""
-    from tqdm.auto import tqdm
+    """``states`` with the probe columns: K samples and the greedy action per state, scored by
+    :func:`rmsweb_kedro.scoring.score_states` (competence and failure mode from them). Unparseable reference
+    actions raise naming the state."""
+    from rmsweb_kedro.scoring import ScoringConfig, score_states
 
-    rows = list(states.iter_rows(named=True))
-    scored: list[dict[str, Any]] = []
-    bar = tqdm(total=len(rows), desc="probing states", unit="state", disable=not progress)
-    for start in range(0, len(rows), params.batch_size):
-        chunk = rows[start : start + params.batch_size]
-        sampled = policy.sample(chunk, n=params.k, greedy=False, seed=params.seed + start)
-        greedy = policy.sample(chunk, n=1, greedy=True)
-        for row, samples, (best,) in zip(chunk, sampled, greedy, strict=True):
-            score = score_state(
-                [Sample(s.action, s.error) for s in samples],
-                Sample(best.action, best.error),
-                reference_action(row),
-                parse_history(row["previous_actions"]),
-                state_url=row["url"],
-                repeat_window=params.repeat_window,
-            )
-            scored.append(
-                {
-                    **row,
-                    "n_samples": score.n_samples,
-                    "competence": score.competence,
-                    "greedy_action": score.greedy_action,
-                    "greedy_correct": score.greedy_correct,
-                    "failure_mode": score.failure_mode.value if score.failure_mode else None,
-                    "sampled_actions": score.sampled_actions,
-                }
-            )
-        bar.update(len(chunk))
-    bar.close()
-    return pl.DataFrame(scored, schema={**states.schema, **_probe_schema()})
+    scoring = ScoringConfig(
+        k=params.k, temperature=params.temperature, top_p=params.top_p, max_new_tokens=params.max_new_tokens,
+        batch_size=params.batch_size, seed=params.seed, repeat_window=params.repeat_window,
+    )  # fmt: skip
+    scored = score_states(states.to_dicts(), policy, scoring, progress=progress)
+    probes = scored.select(
+        "n_samples",
+        "competence",
+        pl.col("predicted_action").alias("greedy_action"),
+        "step_success",
+        "failure_mode",
+        "sampled_actions",
+    )
+    return pl.concat([states, probes], how="horizontal").cast(dict(_probe_schema()))
 
 
 def _probe_schema() -> pl.Schema:
-    names = ("n_samples", "competence", "greedy_action", "greedy_correct", "failure_mode", "sampled_actions")
+    names = ("n_samples", "competence", "greedy_action", "step_success", "failure_mode", "sampled_actions")
     return pl.Schema({name: MINED_COLUMNS[name] for name in names})
 
 

@@ -62,7 +62,7 @@ def train_rmsweb_model(
 ) -> tuple[Any, pl.DataFrame, dict[str, Any]]:
     """Salvage-DS from the SFT model on the critical states: ``(rmsweb_model, salvage_ds_metrics, report)``.
 
-    Greedy accuracy, competence and valid rate are measured on three splits, before training (a step-0 row of
+    Step success rate, competence and valid rate (rmsweb_kedro.scoring) are measured on three splits, before training (a step-0 row of
     the metrics) and at every evaluation (the last one is "after"): ``train`` (trained critical states),
     ``held_out`` (critical states of held-out tasks) and ``val`` (the SFT val steps, ``sft_states_val``). Each
     measurement draws from the same seeded random numbers, outside the training's RNG stream."""
@@ -172,12 +172,12 @@ EVAL_PANELS = {
     "held-out critical states": "held_out",
     "val steps": "val",
 }
-EVAL_SERIES = ["greedy_accuracy", "competence", "valid_rate"]
+EVAL_SERIES = ["step_success_rate", "competence", "valid_rate"]
 
 
 def plot_salvage_ds_metrics(metrics: pl.DataFrame):
     """A figure of the per-step metrics: group decisions, reward/competence, loss terms, entropy/clipping, and
-    greedy accuracy / competence on held-out critical states and on val steps from before training (step 0)."""
+    step success rate / competence on held-out critical states and on val steps from before training (step 0)."""
     panels = [(title, [f"train/{n}" for n in names]) for title, names in PANELS.items()]
     panels += [(title, [f"eval/{split}/{n}" for n in EVAL_SERIES]) for title, split in EVAL_PANELS.items()]
     fig, axes = figure_panels(len(panels), panel_size=(4.5, 3.5))

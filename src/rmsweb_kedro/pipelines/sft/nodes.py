@@ -42,7 +42,7 @@ class SFTParams(BaseModel):
     accuracy_states: int | None = Field(
         default=None,
         ge=0,
-        description="val states decoded for step accuracy (drawn with the loop seed); None: all",
+        description="val states scored before and after (step metrics; drawn with the loop seed); None: all",
     )
 
 
@@ -92,24 +92,14 @@ def augment_train_states(sft_states_train: pl.DataFrame, params: dict[str, Any])
     return pl.concat([sft_states_train, pl.DataFrame(copies, schema=sft_states_train.schema)])
 
 
-def step_accuracy(model, processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, float]:
-    """Greedy replies on ``states``: share semantically equal to the reference action, and share that parse."""
-    from rmsweb_kedro.actions import parse_action, semantically_equal
+def val_step_metrics(model, processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, Any]:
+    """The step metrics (``scoring.step_rates``: ``step_success_rate``, ``invalid_format_rate``, ...) of the
+    model's greedy replies on ``states``, scored by :func:`rmsweb_kedro.scoring.score_states`."""
     from rmsweb_kedro.agents.hf_policy import HFPolicy
+    from rmsweb_kedro.scoring import ScoringConfig, score_states, step_rates
 
-    if not states:
-        return {"step_accuracy": 0.0, "parse_rate": 0.0, "states": 0}
-    policy = HFPolicy(model, processor, prompt=config.prompt, greedy=True, max_new_tokens=48)
-    samples = [group[0] for group in policy.sample(states, n=1)]
-    correct = sum(
-        semantically_equal(s.action, parse_action(st["reference_action"]))
-        for s, st in zip(samples, states, strict=True)
-    )
-    return {
-        "step_accuracy": correct / len(states),
-        "parse_rate": sum(s.action is not None for s in samples) / len(states),
-        "states": len(states),
-    }
+    policy = HFPolicy(model, processor, prompt=config.prompt, greedy=True)
+    return step_rates(score_states(states, policy, ScoringConfig(max_new_tokens=48)))
 
 
 def _token_stats(processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, float]:
@@ -152,7 +142,7 @@ def train_sft(
     params: dict[str, Any],
 ) -> tuple[LoadedModel, dict[str, Any], Any]:
     """Fine-tune the base model: in this process, or under ``accelerate launch`` when ``training.launch`` names a
-    config. Returns the model, the metrics (history, step accuracy before and after, token stats) and the loss
+    config. Returns the model, the metrics (history, val step metrics before and after, token stats) and the loss
     curve figure."""
     from rmsweb_kedro.training.sft import run_sft
 
@@ -161,14 +151,16 @@ def train_sft(
     model, processor = base_model
     train, val = sft_states_train.to_dicts(), sft_states_val.to_dicts()
     probe = draw_states(sft_states_val, config.accuracy_states, training.loop.seed).to_dicts()
-    before = step_accuracy(model, processor, probe, training)
+    before = val_step_metrics(model, processor, probe, training)
     if training.launch:
         result = _train_launched(base_model, sft_states_train, sft_states_val, training)
     else:
         result = run_sft(model, processor, train, val, training)
     model, history, steps, stopped_early = result.model, result.history, result.step, result.stopped_early
-    after = step_accuracy(model, processor, probe, training)
-    logger.info("val step accuracy: base %.3f -> sft %.3f", before["step_accuracy"], after["step_accuracy"])
+    after = val_step_metrics(model, processor, probe, training)
+    logger.info(
+        "val step_success_rate: base %s -> sft %s", before["step_success_rate"], after["step_success_rate"]
+    )
     metrics = {
         "steps": steps,
         "stopped_early": stopped_early,

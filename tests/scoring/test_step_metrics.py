@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmsweb_kedro.pipelines.evaluate.step_metrics import score_step, step_metrics
+from rmsweb_kedro.scoring import score_step, step_metrics
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_score_step(reference, reply, expected):
         score.type_match,
         score.element_match,
         score.argument_match,
-        score.success,
+        score.step_success,
     ) == expected
     assert (score.error is None) == score.valid
 
