@@ -117,9 +117,11 @@ class TrackingHooks:
         from rmsweb_kedro.agents.endpoint import endpoint_credentials
 
         self._catalog = catalog
-        catalog[CREDENTIALS_DATASET] = MemoryDataset(
-            endpoint_credentials(conf_creds or {}), copy_mode="assign"
-        )
+        credentials = endpoint_credentials(conf_creds or {})
+        if CREDENTIALS_DATASET in catalog:  # declared (catalog_tracking.yml): fill it
+            catalog.save(CREDENTIALS_DATASET, credentials)
+        else:
+            catalog[CREDENTIALS_DATASET] = MemoryDataset(credentials, copy_mode="assign")
         if self._mlflow is not None:
             self._mlflow.after_catalog_created(
                 catalog, conf_catalog, conf_creds, parameters, save_version, load_versions
@@ -133,7 +135,12 @@ class TrackingHooks:
         )
         self._run_id = None
         if self._mlflow is not None:
-            self._mlflow.before_pipeline_run(run_params=run_params, pipeline=pipeline, catalog=catalog)
+            # kedro-mlflow writes the run parameters as tags, runtime parameters included: mask secrets first.
+            masked = {
+                k: mask_secrets(v) if k in ("runtime_params", "extra_params") else v
+                for k, v in run_params.items()
+            }
+            self._mlflow.before_pipeline_run(run_params=masked, pipeline=pipeline, catalog=catalog)
             if self._mlflow._is_mlflow_enabled:
                 self._start_tracking()
         self._save_manifest()
@@ -259,11 +266,18 @@ class TrackingHooks:
             )
 
     def _record_judges(self, data: Any) -> None:
+        """The distinct judge specs of a saved table of verdicts (episodes, the collection log): its ``judged_by``
+        column (``schema.JudgedBy`` as JSON), else its ``judge`` names."""
         import polars as pl
 
-        if self._manifest is None or not isinstance(data, pl.DataFrame) or "judge" not in data.columns:
+        if self._manifest is None or not isinstance(data, pl.DataFrame):
             return
-        found = {j for j in data["judge"].drop_nulls().unique().to_list() if j} - set(self._manifest.judges)
+        # A verdict table has judge_reason beside judge (a task table's judge column is the task's judge config).
+        verdicts = "judged_by" in data.columns or {"judge", "judge_reason"} <= set(data.columns)
+        column = "judged_by" if "judged_by" in data.columns else "judge"
+        if not verdicts or data.schema[column] != pl.String:
+            return
+        found = {j for j in data[column].drop_nulls().unique().to_list() if j} - set(self._manifest.judges)
         if found:
             self._manifest.judges = sorted({*self._manifest.judges, *found})
             self._save_manifest()

@@ -8,7 +8,13 @@ import pytest
 from PIL import Image
 
 from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig, EndpointError, resolve_api_key
+from rmsweb_kedro.agents.endpoint import (
+    ChatEndpoint,
+    EndpointConfig,
+    EndpointError,
+    endpoint_credentials,
+    resolve_api_key,
+)
 from rmsweb_kedro.agents.openai_roles import OpenAIReflector, OpenAITeacher, WebJudge, WebVoyagerJudge
 from rmsweb_kedro.schema import Observation, Step, Task, Verdict
 from tests.collect.local_openai_server import LocalChatServer
@@ -104,12 +110,12 @@ def test_client_errors_are_not_retried(chat_server):
     assert len(caught.value.failures) == 1 and "HTTP 404" in caught.value.failures[0]
 
 
-def test_api_key_from_credentials_file(tmp_path):
-    credentials = tmp_path / "credentials.yml"
-    credentials.write_text("teacher_endpoint:\n  api_key: sk-local-123\n")
+def test_api_key_from_kedro_credentials():
+    credentials = endpoint_credentials({"teacher_endpoint": {"api_key": "sk-local-123"}})
     config = EndpointConfig(base_url="http://127.0.0.1:1/v1", model="m", credentials="teacher_endpoint")
-    assert resolve_api_key(config, credentials) == "sk-local-123"
-    with pytest.raises(KeyError, match="other.api_key"):
+    assert resolve_api_key(config, credentials).get_secret_value() == "sk-local-123"
+    assert ChatEndpoint(config, credentials)._client.api_key == "sk-local-123"
+    with pytest.raises(KeyError, match=r"no entry 'other: \{api_key"):
         resolve_api_key(config.model_copy(update={"credentials": "other"}), credentials)
 
 

@@ -75,6 +75,7 @@ def tracked(tmp_path_factory, tiny_states, tiny_checkpoint):
     params = {
         "trajectories": {"raw_root": str(EXAMPLES)},
         "sft": SFT | {"base_checkpoint": {"path": str(tiny_checkpoint)}},
+        "leak_check": {"api_key": FAKE_KEY},  # a key given on the command line by mistake: must be masked
     }
     kedro_run(project, ["trajectories", "sft"], params)
     from mlflow import MlflowClient
@@ -166,6 +167,8 @@ def test_no_file_the_run_wrote_holds_the_api_key(tracked):
         if path.is_file() and "conf/local" not in path.as_posix() and FAKE_KEY.encode() in path.read_bytes()
     ]
     assert not leaks
+    manifest = json.loads((project / "data" / "08_reporting" / "run_manifest.json").read_text())
+    assert "'api_key': '**********'" in manifest["command"]  # the mistaken key, masked where it is recorded
     assert any((project / "mlruns").rglob("*")), "the MLflow store was searched"
 
 

@@ -10,28 +10,35 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from rmsweb_kedro.schema import Usage
 
 logger = logging.getLogger(__name__)
 
 
+#: Kedro's credentials as the nodes receive them (the ``endpoint_credentials`` dataset): entry name -> API key.
+Credentials = Mapping[str, SecretStr]
+
+
 class EndpointConfig(BaseModel):
-    """Where and how to call a model. ``api_key`` normally comes from ``conf/local/credentials.yml`` (see
-    :func:`resolve_api_key`), never from a committed file."""
+    """Where and how to call a model. The API key is never a parameter: ``credentials`` names an entry of Kedro's
+    credentials (``conf/local/credentials.yml``: ``<name>: {api_key: ...}``), which the project hands to the nodes
+    as ``endpoint_credentials`` (see :func:`resolve_api_key`). Keys are ``SecretStr``: every dump of a config
+    (``model_dump``, JSON, MLflow parameters, manifests) shows ``**********``."""
 
     model_config = ConfigDict(extra="forbid")
 
     base_url: str
     model: str
-    api_key: str | None = None
-    credentials: str | None = None  # a key of conf/local/credentials.yml holding {api_key: ...}
+    #: Only from code (a notebook, a test), as a ``SecretStr``; a plain string is refused (see the validator).
+    api_key: SecretStr | None = None
+    credentials: str | None = None  # the name of an entry of Kedro's credentials holding {api_key: ...}
     api_key_env: str | None = "OPENAI_API_KEY"
     timeout_s: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=4, ge=0)
@@ -44,6 +51,17 @@ class EndpointConfig(BaseModel):
     price_completion_per_million: float = Field(default=0.0, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _not_a_parameter(cls, value: Any) -> Any:
+        # Parameters are logged (MLflow) and dumped (statistics, manifests): a key written there would follow.
+        if isinstance(value, str):
+            raise ValueError(
+                "an API key must not be written in parameters: put it in conf/local/credentials.yml as "
+                "'<name>: {api_key: ...}' and set 'credentials: <name>' (or pass SecretStr(...) from code)"
+            )
+        return value
+
 
 def endpoint_credentials(conf_creds: dict[str, Any]) -> dict[str, SecretStr]:
     """The API keys of Kedro's credentials (``conf/<env>/credentials.yml``, read by the config loader), by entry
@@ -55,30 +73,23 @@ def endpoint_credentials(conf_creds: dict[str, Any]) -> dict[str, SecretStr]:
     }
 
 
-def resolve_api_key(
-    config: EndpointConfig, credentials_file: str | Path = "conf/local/credentials.yml"
-) -> str:
-    """The API key: the config's own, else ``credentials_file[config.credentials].api_key``, else the
-    environment variable ``config.api_key_env``, else ``"EMPTY"`` (local servers need none)."""
+def resolve_api_key(config: EndpointConfig, credentials: Credentials | None = None) -> SecretStr:
+    """The API key: the config's own (code only), else ``credentials[config.credentials]`` (Kedro's credentials),
+    else the environment variable ``config.api_key_env``, else ``"EMPTY"`` (local servers need none)."""
     import os
 
-    if config.api_key:
+    if config.api_key is not None:
         return config.api_key
     if config.credentials:
-        import yaml
-
-        path = Path(credentials_file)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path}: credentials file missing; it should hold {config.credentials}: {{api_key: ...}}"
+        if not credentials or config.credentials not in credentials:
+            raise KeyError(
+                f"credentials {config.credentials!r}: Kedro's credentials (conf/local/credentials.yml) have no "
+                f"entry '{config.credentials}: {{api_key: ...}}'"
             )
-        entry = (yaml.safe_load(path.read_text()) or {}).get(config.credentials)
-        if not isinstance(entry, dict) or not entry.get("api_key"):
-            raise KeyError(f"{path}: no '{config.credentials}.api_key' entry")
-        return str(entry["api_key"])
+        return credentials[config.credentials]
     if config.api_key_env and os.environ.get(config.api_key_env):
-        return os.environ[config.api_key_env]
-    return "EMPTY"
+        return SecretStr(os.environ[config.api_key_env])
+    return SecretStr("EMPTY")
 
 
 def image_part(png_path: str | Path) -> dict[str, Any]:
@@ -124,12 +135,12 @@ class ChatEndpoint:
     def __init__(
         self,
         config: EndpointConfig,
-        credentials_file: str | Path = "conf/local/credentials.yml",
+        credentials: Credentials | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.config = config
         self._sleep = sleep
-        self._api_key = resolve_api_key(config, credentials_file)
+        self._api_key = resolve_api_key(config, credentials)  # a SecretStr, also when pickled for Ray
         self._connect()
 
     def _connect(self) -> None:
@@ -137,7 +148,10 @@ class ChatEndpoint:
 
         # The client's own retries are off: this class retries, so every failure is counted and logged.
         self._client = OpenAI(
-            base_url=self.config.base_url, api_key=self._api_key, timeout=self.config.timeout_s, max_retries=0
+            base_url=self.config.base_url,
+            api_key=self._api_key.get_secret_value(),
+            timeout=self.config.timeout_s,
+            max_retries=0,
         )
 
     # An endpoint travels to Ray actors (rollouts) by pickle; the HTTP client (locks, sockets) is rebuilt there.

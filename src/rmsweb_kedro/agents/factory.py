@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.base import Agent, Judge, Policy, Reflector
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
+from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials, EndpointConfig
 from rmsweb_kedro.agents.scripted import TeacherImperfections
 
 
@@ -79,14 +79,14 @@ class JudgeSpecConfig(BaseModel):
     max_tokens: int | None = Field(default=None, gt=0)  # None: the protocol's own reply budget
 
 
-def _endpoint(spec: Any, role: str, credentials_file: str) -> ChatEndpoint:
+def _endpoint(spec: Any, role: str, credentials: Credentials | None) -> ChatEndpoint:
     if spec.endpoint is None:
         raise ValueError(f"{role}: kind {spec.kind!r} needs an 'endpoint' (base_url, model, ...)")
-    return ChatEndpoint(spec.endpoint, credentials_file)
+    return ChatEndpoint(spec.endpoint, credentials)
 
 
 def teacher_factory(
-    spec: TeacherSpec | dict, credentials_file: str = "conf/local/credentials.yml"
+    spec: TeacherSpec | dict, credentials: Credentials | None = None
 ) -> Callable[[int], Agent]:
     """``make(seed) -> Agent``: a fresh scripted teacher per attempt seed, or one shared endpoint teacher."""
     spec = TeacherSpec.model_validate(spec)
@@ -97,19 +97,15 @@ def teacher_factory(
     if spec.kind == "policy":
         if spec.policy is None:
             raise ValueError("teacher: kind 'policy' needs a 'policy' ({kind: hf|openai, ...})")
-        policy = build_policy(spec.policy, spec.checkpoint, credentials_file=credentials_file)
+        policy = build_policy(spec.policy, spec.checkpoint, credentials=credentials)
         return lambda seed: policy
     from rmsweb_kedro.agents.openai_roles import OpenAITeacher
 
-    teacher = OpenAITeacher(
-        _endpoint(spec, "teacher", credentials_file), spec.send_screenshot, spec.history_limit
-    )
+    teacher = OpenAITeacher(_endpoint(spec, "teacher", credentials), spec.send_screenshot, spec.history_limit)
     return lambda seed: teacher
 
 
-def build_reflector(
-    spec: ReflectorSpec | dict, credentials_file: str = "conf/local/credentials.yml"
-) -> Reflector:
+def build_reflector(spec: ReflectorSpec | dict, credentials: Credentials | None = None) -> Reflector:
     spec = ReflectorSpec.model_validate(spec)
     if spec.kind == "scripted":
         from rmsweb_kedro.agents.scripted import ScriptedReflector
@@ -117,13 +113,13 @@ def build_reflector(
         return ScriptedReflector()
     from rmsweb_kedro.agents.openai_roles import OpenAIReflector
 
-    return OpenAIReflector(_endpoint(spec, "reflector", credentials_file))
+    return OpenAIReflector(_endpoint(spec, "reflector", credentials))
 
 
 def build_judge(
     spec: JudgeSpecConfig | dict,
     session_state: Callable[[str], dict] | None = None,
-    credentials_file: str = "conf/local/credentials.yml",
+    credentials: Credentials | None = None,
 ) -> Judge:
     """The judge; ``session_state`` (``SandboxServer.session_state``) is needed by the sandbox checker."""
     spec = JudgeSpecConfig.model_validate(spec)
@@ -135,7 +131,7 @@ def build_judge(
         return SandboxJudge(session_state)
     from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
 
-    endpoint = _endpoint(spec, "judge", credentials_file)
+    endpoint = _endpoint(spec, "judge", credentials)
     budget = {"max_tokens": spec.max_tokens} if spec.max_tokens else {}
     if spec.kind == "webvoyager":
         return WebVoyagerJudge(endpoint, spec.last_k, official_prompts=spec.official_prompts, **budget)
@@ -152,11 +148,12 @@ def build_policy(
     greedy: bool = True,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    credentials_file: str = "conf/local/credentials.yml",
+    credentials: Credentials | None = None,
 ) -> Policy:
     """The policy ``spec`` asks for. ``hf``: over ``checkpoint``, a checkpoint dataset's value (a directory path or
     a ``(model, processor)`` pair); ``openai``: the served model at ``spec.endpoint`` (``checkpoint`` is not
-    loaded). ``prompt`` (default ``spec.prompt``), ``greedy``, ``temperature`` and ``top_p`` are how it acts."""
+    loaded). ``prompt`` (default ``spec.prompt``), ``greedy``, ``temperature`` and ``top_p`` are how it acts;
+    ``credentials``: Kedro's, when the endpoint names an entry."""
     spec = PolicySpec.model_validate(spec)
     settings = {
         "prompt": spec.prompt if prompt is None else prompt,
@@ -173,7 +170,7 @@ def build_policy(
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer)
-        endpoint = _endpoint(spec, "policy", credentials_file)
+        endpoint = _endpoint(spec, "policy", credentials)
         return OpenAIPolicy(endpoint, tokenizer=tokenizer, concurrency=spec.batch_size, **settings)
     from rmsweb_kedro.agents.hf_policy import HFPolicy
 
