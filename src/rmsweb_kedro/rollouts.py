@@ -655,6 +655,7 @@ def trajectory_row(trajectory: Trajectory) -> dict[str, Any]:
         "reflections_seen": len(trajectory.reflections),
         "reflection_after": trajectory.metadata.get("reflection_after"),
         "judge": verdict.judge if verdict else None,
+        "judged_by": verdict.judged_by.model_dump_json() if verdict and verdict.judged_by else None,
         "judge_reason": verdict.reason if verdict else None,
         "critical_point": trajectory.metadata.get("critical_point"),
     }

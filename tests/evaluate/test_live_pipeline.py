@@ -16,6 +16,7 @@ from kedro.framework.project import configure_project
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
+from rmsweb_kedro.agents.endpoint import endpoint_credentials
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.schema import Trajectory
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
@@ -95,6 +96,8 @@ def test_live_pipeline_from_the_production_catalog(
     catalog["params:live"] = live
     catalog["params:evaluate.policy"] = parameters["evaluate"]["policy"]
     catalog["params:rollouts"] = parameters["rollouts"]
+    # What the tracking hook hands the nodes: conf/production/credentials.yml through the config loader.
+    catalog["endpoint_credentials"] = endpoint_credentials(loader["credentials"])
 
     SequentialRunner().run(register_pipelines()["live"], catalog)
 

@@ -49,7 +49,10 @@ def test_a_collect_run_uses_the_key_and_writes_it_nowhere(tmp_path, tiny_checkpo
         kedro_run(project, ["collect"], {"collect": collect})
         assert server.requests, "the teacher never called its endpoint"
     log = pl.read_parquet(project / "data" / "02_intermediate" / "collect" / "collection_log.parquet")
-    assert log.height == 1 and log["judge"][0]
+    assert (
+        log.height == 1
+        and json.loads(log["trajectory"][0])["verdict"]["judged_by"]["kind"] == "sandbox_checker"
+    )
     stats = json.loads((project / "data" / "08_reporting" / "collect" / "collection_stats.json").read_text())
     assert stats  # the statistics dump the teacher's configuration
     written = [p for p in project.rglob("*") if p.is_file() and "conf/local" not in p.as_posix()]

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rmsweb_kedro.agents.endpoint import Credentials
 from rmsweb_kedro.agents.factory import JudgeSpecConfig, ReflectorSpec, TeacherSpec
 from rmsweb_kedro.rollouts import (
     Attempts,
@@ -52,7 +53,6 @@ class CollectParams(BaseModel):
     reflections_in_training_prompt: bool = False
     keep_screenshots: bool = True
     journal_path: str = "data/02_intermediate/collect/journal.jsonl"
-    credentials_file: str = "conf/local/credentials.yml"
     progress: bool = True
     teacher: TeacherSpec = Field(default_factory=TeacherSpec)
     reflector: ReflectorSpec = Field(default_factory=ReflectorSpec)
@@ -83,13 +83,14 @@ def collect(
     sandbox_seed: int,
     raw_root: str | Path,
     rollouts: RolloutConfig | dict[str, Any] | None = None,
+    credentials: Credentials | None = None,
 ) -> list[Trajectory]:
     """Run the collection (resuming from the journal) and return every attempt of these tasks and modes, ordered
-    by (mode, task id, attempt)."""
+    by (mode, task id, attempt). ``credentials``: Kedro's, for the endpoints the roles name."""
     from rmsweb_kedro.agents.factory import build_judge, build_reflector, teacher_factory
 
     raw_root = Path(raw_root)
-    judge_spec, reflector_spec, credentials = params.judge, params.reflector, params.credentials_file
+    judge_spec, reflector_spec = params.judge, params.reflector
     roles = Roles(
         agent=teacher_factory(params.teacher, credentials),
         judge=lambda server: build_judge(judge_spec, server.session_state, credentials),

@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from rmsweb_kedro.agents.endpoint import Credentials
 from rmsweb_kedro.pipelines.collect.collector import CollectParams, collect, partition_name
 from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.rollouts import trajectory_row
@@ -59,9 +60,11 @@ def collect_trajectories(
     sandbox_seed: int,
     raw_root: str,
     rollouts: dict[str, Any] | None = None,
+    credentials: Credentials | None = None,
 ) -> pl.DataFrame:
     """Run every mode's attempts in the sandbox (resuming from the journal) on the ``rollouts`` backend; one log
-    row per attempt, failed ones and environment errors included, each with its full trajectory."""
+    row per attempt, failed ones and environment errors included, each with its full trajectory. ``credentials``:
+    Kedro's (``endpoint_credentials``), for OpenAI-compatible roles."""
     config = CollectParams(**params)
     rows = [
         trajectory_row(trajectory)
@@ -69,7 +72,9 @@ def collect_trajectories(
             "partition": partition_name(trajectory.mode, trajectory.task_id, trajectory.attempt),
             "trajectory": json.dumps(trajectory.model_dump(mode="json"), ensure_ascii=False),
         }
-        for trajectory in collect(tasks_from_frame(tasks), config, sandbox_seed, raw_root, rollouts)
+        for trajectory in collect(
+            tasks_from_frame(tasks), config, sandbox_seed, raw_root, rollouts, credentials
+        )
     ]
     return pl.DataFrame(rows, schema=LOG_SCHEMA)
 
@@ -129,7 +134,7 @@ def collection_stats(collection_log: pl.DataFrame, params: dict[str, Any]) -> di
             "attempts_R": p.attempts,
             "max_steps": p.max_steps,
             "seed": p.seed,
-            "teacher": p.teacher.model_dump(mode="json", exclude={"endpoint": {"api_key"}}),
+            "teacher": p.teacher.model_dump(mode="json"),
             "judge": p.judge.kind,
             "reflector": p.reflector.kind,
             "corpus_modes": p.corpus_modes,

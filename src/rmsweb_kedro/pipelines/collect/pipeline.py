@@ -28,6 +28,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "sandbox_seed": "params:sandbox.seed",
                     "raw_root": "params:trajectories.raw_root",
                     "rollouts": "params:rollouts",
+                    "credentials": "endpoint_credentials",
                 },
                 outputs="collection_log",
                 name="collect_trajectories",

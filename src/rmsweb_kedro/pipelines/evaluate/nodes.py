@@ -167,6 +167,7 @@ EPISODE_SCHEMA = pl.Schema(
         "cost_usd": pl.Float64,
         "wall_s": pl.Float64,
         "judge": pl.String,
+        "judged_by": pl.String,  # schema.JudgedBy as JSON: kind, protocol, model, prompt source/ref/hash, thresholds
         "judge_reason": pl.String,
     }
 )

@@ -22,7 +22,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.actions import normalize_answer
-from rmsweb_kedro.agents.endpoint import EndpointConfig
+from rmsweb_kedro.agents.endpoint import Credentials, EndpointConfig
 from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema, write_submission
 from rmsweb_kedro.rollouts import (
     CriticalPoints,
@@ -69,7 +69,6 @@ class LiveParams(BaseModel):
     official_prompts: str | None = "data/01_raw/benchmarks"  # where `benchmarks_data download` put prompts/
     submission_schema: SubmissionSchema = "v1"  # Online-Mind2Web's result.json schema
     rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
-    credentials_file: str = "conf/local/credentials.yml"
     output_dir: str = "data/07_model_output/live"
     resume: bool = False  # true: episodes already in <output_dir>/journal.jsonl (same settings) are not rerun
     model_label: str = "rmsweb"
@@ -262,12 +261,13 @@ def run_live_tasks(
     params: dict[str, Any],
     policy: dict[str, Any],
     rollouts: dict[str, Any] | None = None,
+    credentials: Credentials | None = None,
 ) -> pl.DataFrame:
     """The policy (a checkpoint dataset's value, acted as evaluate's ``policy`` settings say) on every live task,
     ``live.n_envs`` browsers on the ``rollouts`` backend, judged by each task's judge over the ``live.judge``
     endpoint; files under ``live.output_dir`` (trajectories.jsonl, screenshots, Online-Mind2Web's submission
     folder). One row per task: the ``online_episodes`` columns plus ``benchmark`` and the rubric ``score``
-    (WebTailBench)."""
+    (WebTailBench). ``credentials``: Kedro's (``endpoint_credentials``), for the judge endpoint."""
     from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA, EvaluateParams, load_policy
 
     live = LiveParams.model_validate(params)
@@ -278,7 +278,7 @@ def run_live_tasks(
     if not tasks:
         return pl.DataFrame(schema=schema)
     acting = load_policy(model, EvaluateParams.model_validate({"policy": policy}), greedy=True)
-    endpoint, credentials, threshold = live.judge, live.credentials_file, live.rubric_threshold
+    endpoint, threshold = live.judge, live.rubric_threshold
     models, official_prompts = live.judge_models, live.official_prompts
 
     def judges(_server: Any) -> JudgeByKind:  # built where the browser runs (a thread, or a Ray actor)

@@ -29,6 +29,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "params": "params:live",
                     "policy": "params:evaluate.policy",
                     "rollouts": "params:rollouts",
+                    "credentials": "endpoint_credentials",
                 },
                 outputs="live_results",
                 name="run_live_tasks",
