@@ -169,9 +169,8 @@ class TrackingHooks:
         reporting = dataset is not None and _layer(dataset) in self._config.artifact_layers
         path = _local_path(dataset) if reporting else None
         if path is not None and path.suffix == ".parquet" and path.is_file() and self._manifest is not None:
-            stamp_parquet(
-                path, self._manifest
-            )  # the results table carries the manifest of the run that made it
+            # The results table carries the manifest of the run that made it.
+            stamp_parquet(path, self._manifest)
         if not self._run_id:
             return
         if dataset_name.rsplit(".", 1)[-1] in self._config.metrics:

@@ -56,7 +56,7 @@ def make_project(root: Path, states: list[dict]) -> Path:
 
 
 def kedro_run(project: Path, pipelines: list[str], params: dict) -> None:
-    from kedro.framework.project import pipelines
+    from kedro.framework.project import pipelines as registry
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
@@ -70,7 +70,7 @@ def kedro_run(project: Path, pipelines: list[str], params: dict) -> None:
         os.chdir(cwd)
         # Kedro keeps the requested pipelines process-wide after run(pipeline_names=...): later find_pipelines()
         # calls in this process (other tests) would see only these.
-        pipelines.set_requested(None)
+        registry.set_requested(None)
 
 
 @pytest.fixture(scope="module")
