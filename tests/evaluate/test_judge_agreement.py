@@ -93,6 +93,7 @@ def test_judge_agreement_pipeline_end_to_end(sandbox_task_list, tiny_checkpoint,
         }
         catalog["params:judge_agreement"] = MemoryDataset(params["judge_agreement"])
         catalog["params:trajectories.raw_root"] = MemoryDataset(str(raw_root))
+        catalog["endpoint_credentials"] = MemoryDataset({})  # the endpoint above needs no key
         SequentialRunner().run(register_pipelines()["judge_agreement"], catalog)
         requests = list(server.requests)
 

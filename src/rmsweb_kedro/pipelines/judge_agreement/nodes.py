@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
+from rmsweb_kedro.agents.endpoint import Credentials
 from rmsweb_kedro.agents.factory import JudgeSpecConfig
 from rmsweb_kedro.agreement import agreement_table, failure_mode, stratified_sample
 from rmsweb_kedro.schema import Trajectory, tasks_from_frame
@@ -32,7 +33,6 @@ class JudgeAgreementParams(BaseModel):
     seed: int = 0
     confidence: float = Field(default=0.95, gt=0, lt=1)
     bootstrap: int = Field(default=1000, ge=100, description="resamples for kappa's interval")
-    credentials_file: str = "conf/local/credentials.yml"
 
 
 SAMPLE_SCHEMA = pl.Schema(
@@ -74,11 +74,16 @@ def sample_episodes(collection_log: pl.DataFrame, params: dict[str, Any]) -> pl.
 
 
 def judge_episodes(
-    sample: pl.DataFrame, sandbox_tasks: pl.DataFrame, params: dict[str, Any], raw_root: str
+    sample: pl.DataFrame,
+    sandbox_tasks: pl.DataFrame,
+    params: dict[str, Any],
+    raw_root: str,
+    credentials: Credentials | None = None,
 ) -> pl.DataFrame:
     """The configured LLM judge on every sampled episode, shown what it would be shown live: the task text, the
     episode's steps and its pages (the screenshots collect kept under ``raw_root/<partition>``, in order). A reply
-    the judge cannot use is its failure verdict, as the benchmarks score it, and is flagged in ``judge_error``."""
+    the judge cannot use is its failure verdict, as the benchmarks score it, and is flagged in ``judge_error``.
+    ``credentials``: Kedro's (``endpoint_credentials``), for the judge endpoint."""
     from tqdm.auto import tqdm
 
     from rmsweb_kedro.agents.factory import build_judge
@@ -89,7 +94,7 @@ def judge_episodes(
         raise ValueError(
             f"judge_agreement.judge.kind: an LLM judge (webjudge, webvoyager), not {p.judge.kind!r}"
         )
-    judge = build_judge(p.judge, credentials_file=p.credentials_file)
+    judge = build_judge(p.judge, credentials=credentials)
     tasks = {t.id: t for t in tasks_from_frame(sandbox_tasks)}
     rows = []
     for row in tqdm(sample.iter_rows(named=True), total=sample.height, desc="judge", unit="episode"):

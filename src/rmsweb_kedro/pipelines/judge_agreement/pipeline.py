@@ -22,6 +22,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "sandbox_tasks": "sandbox_tasks",
                     "params": "params:judge_agreement",
                     "raw_root": "params:trajectories.raw_root",
+                    "credentials": "endpoint_credentials",
                 },
                 outputs="judge_agreement_verdicts",
                 name="judge_agreement_episodes",
