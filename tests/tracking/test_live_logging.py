@@ -14,7 +14,8 @@ import pytest
 
 from rmsweb_kedro.schema import STATE_SCHEMA
 from rmsweb_kedro.tracking import STEP_PREFIX_ENV
-from rmsweb_kedro.training.sft import SFTConfig, launch_command
+from rmsweb_kedro.training.launch import launch_command
+from rmsweb_kedro.training.sft import SFTConfig
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,7 @@ def test_two_processes_log_each_step_once(tmp_path, tiny_checkpoint, tiny_states
     config = SFTConfig(
         loop={"output_dir": str(tmp_path / "run"), "max_steps": 2, "batch_size": 2, "warmup_steps": 1,
               "eval_every": 0, "log_every": 1, "progress": False, "mixed_precision": "no"},
-        loss_on="all", launch="cpu_2proc",
+        loss_on="all",
     )  # fmt: skip
     job = {"model_dir": str(tiny_checkpoint), "train_path": str(tmp_path / "train.parquet"),
            "val_path": str(tmp_path / "val.parquet"), "output_dir": config.loop.output_dir,
@@ -43,7 +44,7 @@ def test_two_processes_log_each_step_once(tmp_path, tiny_checkpoint, tiny_states
         "MLFLOW_TRACKING_URI": uri,
         STEP_PREFIX_ENV: "train_sft",
     }
-    done = subprocess.run(launch_command(config, tmp_path / "job.json"), capture_output=True, text=True,
+    done = subprocess.run(launch_command("cpu_2proc", "conf/base/accelerate", "rmsweb_kedro.training.sft", tmp_path / "job.json"), capture_output=True, text=True,
                           timeout=600, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     history = [json.loads(line) for line in open(tmp_path / "run" / "history.jsonl")]
