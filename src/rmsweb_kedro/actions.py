@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -604,6 +605,11 @@ def same_target(a: Action, b: Action, tolerance_px: float = 16.0) -> bool:
     if a.x is not None and b.x is not None:
         return abs(a.x - b.x) <= tolerance_px and abs(a.y - b.y) <= tolerance_px  # type: ignore[operator]
     return a.x is None and b.x is None
+
+
+def matches_any(action: Action | None, references: Iterable[Action]) -> bool:
+    """True when ``action`` does what one of ``references`` does (a state's reference set: schema.reference_set)."""
+    return any(semantically_equal(action, reference) for reference in references)
 
 
 def semantically_equal(a: Action | None, b: Action | None, tolerance_px: float = 16.0) -> bool:

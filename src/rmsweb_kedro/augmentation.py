@@ -68,7 +68,8 @@ def swap_argument(state: dict[str, Any], replacement: str) -> dict[str, Any]:
     for field in ("instruction", "axtree", "reference_thought"):
         if swapped.get(field):
             swapped[field] = swapped[field].replace(value, replacement)
-    swapped["previous_actions"] = [a.replace(value, replacement) for a in state.get("previous_actions") or []]
+    for field in ("previous_actions", "equivalent_actions"):
+        swapped[field] = [a.replace(value, replacement) for a in state.get(field) or []]
     swapped["reference_action"] = format_action(
         action.model_copy(update={_ARGUMENT[action.type]: replacement})
     )

@@ -116,6 +116,7 @@ def _play(
             action=decision.action,
             raw_output=decision.raw_output or None,
             error=decision.error,
+            equivalent_actions=decision.equivalents,
         )
         steps.append(step)
         if decision.fatal:

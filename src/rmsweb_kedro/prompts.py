@@ -150,5 +150,6 @@ def state_from_live(
         "screenshot": observation.screenshot,
         "reference_thought": None,
         "reference_action": None,
+        "equivalent_actions": [],
         "reflections": list(reflections),
     }

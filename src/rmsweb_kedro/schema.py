@@ -12,7 +12,7 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rmsweb_kedro.actions import Action, format_action, parse_action
+from rmsweb_kedro.actions import Action, ActionParseError, format_action, parse_action
 
 TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user"]
 Level = Literal["easy", "medium", "hard"]
@@ -150,12 +150,20 @@ class Step(_Record):
     action: Action | None = None  # None when the model output did not parse
     raw_output: str | None = None
     error: str | None = None
+    #: Other actions that would have done what ``action`` did here, as the environment established them (the
+    #: sandbox's declared equivalents, web/sandbox/reference.py); they become the state's reference set.
+    equivalent_actions: list[Action] = Field(default_factory=list)
 
     @field_validator("action", mode="before")
     @classmethod
     def _action_text(cls, value: Any) -> Any:
         # Hand-written files may give the action in its text form, "click(12)", instead of its JSON object.
         return parse_action(value) if isinstance(value, str) else value
+
+    @field_validator("equivalent_actions", mode="before")
+    @classmethod
+    def _equivalent_texts(cls, value: Any) -> Any:
+        return [parse_action(v) if isinstance(v, str) else v for v in value or []]
 
     @field_validator("screenshot")
     @classmethod
@@ -245,6 +253,7 @@ STEP_SCHEMA = pl.Schema(
         "element": pl.Int32,
         "raw_output": pl.String,
         "error": pl.String,
+        "equivalent_actions": pl.List(pl.String),  # canonical texts (Step.equivalent_actions)
     }
 )
 
@@ -318,6 +327,7 @@ def step_row(trajectory: Trajectory, step: Step, screenshot_prefix: str = "") ->
         "element": action.element if action else None,
         "raw_output": step.raw_output,
         "error": step.error,
+        "equivalent_actions": [format_action(a) for a in step.equivalent_actions],
     }
 
 
@@ -382,8 +392,45 @@ STATE_SCHEMA = pl.Schema(
         "screenshot": pl.String,  # path relative to the raw trajectories folder, or null
         "reference_thought": pl.String,
         "reference_action": pl.String,  # canonical action text
+        # other actions that do the same here (canonical texts; the environment established them); with
+        # reference_action they are the state's reference set (reference_set). Absent in older tables: [].
+        "equivalent_actions": pl.List(pl.String),
     }
 )
+#: STATE_SCHEMA columns that older tables may lack, and the value they get (conform_states).
+STATE_DEFAULTS: dict[str, Any] = {"equivalent_actions": []}
+
+
+def conform_states(states: pl.DataFrame, name: str) -> pl.DataFrame:
+    """``states`` with the STATE_SCHEMA columns in order (and any further columns after them): a column of
+    :data:`STATE_DEFAULTS` it lacks gets its default, any other missing column is an error naming the table."""
+    missing = [c for c in STATE_SCHEMA.names() if c not in states.columns and c not in STATE_DEFAULTS]
+    if missing:
+        raise ValueError(f"{name}: missing STATE_SCHEMA columns {missing}")
+    defaults = [
+        pl.lit(value, dtype=STATE_SCHEMA[column]).alias(column)
+        for column, value in STATE_DEFAULTS.items()
+        if column not in states.columns
+    ]
+    states = states.with_columns(defaults) if defaults else states
+    rest = [c for c in states.columns if c not in STATE_SCHEMA]
+    return states.select(*STATE_SCHEMA.names(), *rest)
+
+
+def reference_set(state: dict[str, Any]) -> list[Action]:
+    """The actions that are right at a STATE row: ``reference_action`` first, then ``equivalent_actions``. A text
+    that does not parse is a data error naming the state and the field."""
+    texts = [("reference_action", state.get("reference_action"))]
+    texts += [("equivalent_actions", text) for text in state.get("equivalent_actions") or []]
+    actions = []
+    for field, text in texts:
+        try:
+            actions.append(parse_action(text))
+        except (ActionParseError, TypeError) as err:
+            raise ValueError(
+                f"state {state.get('state_id')!r}: field {field} {text!r} does not parse: {err}"
+            ) from None
+    return actions
 
 
 def draw_states(states: pl.DataFrame, limit: int | None, seed: int) -> pl.DataFrame:

@@ -54,9 +54,9 @@ from rmsweb_kedro.mining import (
     classify_failure,
     is_right,
     parse_history,
-    reference_action,
     score_state,
 )
+from rmsweb_kedro.schema import reference_set
 
 STEP_METRICS = (
     "action_type_accuracy",
@@ -201,9 +201,9 @@ def score_step(reference: str | Action, reply: str | None) -> StepScore:
 
 
 def reference_actions(state: dict[str, Any]) -> list[Action]:
-    """The actions that count as right at a STATE row (its ``reference_action``); a clear error naming the state
-    when one does not parse."""
-    return [reference_action(state)]
+    """The actions that count as right at a STATE row: its ``reference_action`` and ``equivalent_actions``
+    (``schema.reference_set``); a clear error naming the state and field when one does not parse."""
+    return reference_set(state)
 
 
 # ---------------------------------------------------------------- rates

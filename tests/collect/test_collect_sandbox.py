@@ -204,3 +204,72 @@ def test_kill_9_loses_only_episodes_in_flight(tmp_path):
         except json.JSONDecodeError:
             pass  # the episode being written when the process died
     assert len(complete) == 3  # each attempt ran exactly once
+
+
+def test_the_teachers_equivalents_become_the_states_reference_set(
+    sandbox_task_list, sandbox_server, browser_env
+):
+    """The sandbox's declared equivalent (Enter in the form's last text field = its submit button) is recorded on
+    the step, carried into the state table, and the step metrics accept it as right."""
+    from rmsweb_kedro.actions import parse_action
+    from rmsweb_kedro.pipelines.evaluate.step_metrics import score_step
+    from rmsweb_kedro.pipelines.sft_data.nodes import build_states
+    from rmsweb_kedro.schema import STATE_SCHEMA, reference_set, step_row, trajectory_row
+
+    task = next(t for t in sandbox_task_list if t.metadata["template"] == "job_apply" and t.split == "train")
+    judge = SandboxJudge(sandbox_server.session_state)
+    trajectory = run_episode(browser_env, task, ScriptedTeacher(0, PERFECT), judge, max_steps=30)
+    assert trajectory.success is True
+    with_equivalents = [s for s in trajectory.steps if s.equivalent_actions]
+    assert [s.equivalent_actions for s in with_equivalents] == [[parse_action('press("Enter")')]]
+    assert with_equivalents[0].action.type.value == "click"
+    # JSON round trip (raw files) keeps them
+    assert Trajectory.model_validate_json(trajectory.model_dump_json()) == trajectory
+
+    trajectories = pl.DataFrame([trajectory_row(trajectory, "f.jsonl")])
+    steps = pl.DataFrame([step_row(trajectory, s) for s in trajectory.steps])
+    states = build_states(trajectories, steps)
+    assert states.schema == STATE_SCHEMA
+    row = states.row(with_equivalents[0].index, named=True)
+    assert row["equivalent_actions"] == ['press("Enter")']
+    assert reference_set(row) == [with_equivalents[0].action, parse_action('press("Enter")')]
+    assert score_step(reference_set(row), 'Action: press("Return")').success
+    assert not score_step(row["reference_action"], 'Action: press("Enter")').success
+
+
+def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(
+    sandbox_task_list, sandbox_server, browser_env
+):
+    """The teacher's longer ways (type then click Search; an unnecessary Job type filter) still succeed, are not
+    undone by shortening, and once a reflection names them the retry takes the reference's length."""
+    from rmsweb_kedro.pipelines.trajectories.nodes import shorten_trajectories
+    from rmsweb_kedro.schema import step_row, trajectory_row
+
+    task = next(t for t in sandbox_task_list if t.metadata["template"] == "job_salary" and t.split == "train")
+    judge = SandboxJudge(sandbox_server.session_state)
+    longer = TeacherImperfections(mistake_probs={"longer_route": 1.0, "unnecessary_filter": 1.0})
+    slow = run_episode(browser_env, task, ScriptedTeacher(0, longer), judge, max_steps=30)
+    assert slow.success is True
+    assert len(slow.steps) == len(task.reference_solution) + 2  # one step more for each longer way
+    trajectories, steps = shorten_trajectories(
+        pl.DataFrame([trajectory_row(slow, "f.jsonl")]), pl.DataFrame([step_row(slow, s) for s in slow.steps])
+    )
+    assert trajectories["n_steps"].to_list() == [len(slow.steps)]  # nothing revisited: nothing to remove
+
+    # a booking that fails on a wrong destination, after an unnecessary sort: the reflection names both, and the
+    # retry that reads it avoids both where an independent retry (same imperfections) sorts twice again
+    task = next(
+        t for t in sandbox_task_list if t.metadata["template"] == "flight_book" and t.split == "train"
+    )
+    failing = TeacherImperfections(
+        mistake_probs={"type_value": 1.0, "unnecessary_filter": 1.0}, self_correct_prob=0.0
+    )
+    failed = run_episode(browser_env, task, ScriptedTeacher(0, failing), judge, max_steps=30)
+    assert failed.success is False
+    reflection, _ = ScriptedReflector().reflect(task, failed.steps, failed.verdict, None)
+    assert 'combobox "Sort by" (an unnecessary filter). Instead: select' in reflection
+    longer = TeacherImperfections(mistake_probs={"unnecessary_filter": 1.0})
+    independent = run_episode(browser_env, task, ScriptedTeacher(1, longer), judge, max_steps=30)
+    retry = run_episode(browser_env, task, ScriptedTeacher(1, longer), judge, 30, [reflection], attempt=2)
+    assert independent.success is True and retry.success is True
+    assert len(retry.steps) == len(task.reference_solution) == len(independent.steps) - 1

@@ -81,6 +81,7 @@ def test_accepted_group_raises_the_rewarded_sample(tiny_lm):
         advantages=advantages,
         completion_mask=mask,
         n_completion_tokens=int(mask.sum()),
+        accepted_groups=1,
     )
     _sgd_step(model, parts.loss, lr=0.5)
     with torch.no_grad():
@@ -105,7 +106,11 @@ def test_anchor_raises_action_tokens_and_leaves_the_thought_alone(tiny_lm):
     logits.retain_grad()
     logp = token_logprobs(logits, targets)
     parts = salvage_ds_loss(
-        p, anchor_logp=logp, anchor_mask=action_mask, n_anchor_tokens=int(action_mask.sum())
+        p,
+        anchor_logp=logp,
+        anchor_mask=action_mask,
+        n_anchor_tokens=int(action_mask.sum()),
+        anchored_groups=1,
     )
     before = logp.detach()
     _sgd_step(model, parts.loss, lr=0.5)

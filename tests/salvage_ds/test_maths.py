@@ -21,6 +21,7 @@ from rmsweb_kedro.training.salvage_ds import (
     k3_kl,
     partial_credit_reward,
     polarized_reward,
+    probe_counts,
     reward,
     salvage_ds_loss,
 )
@@ -80,8 +81,8 @@ def test_group_statistics_by_hand():
         ("salvage_ds", 1.0, 0.5, None),
         ("salvage_ds", 0.7, 0.2, None),  # the band is closed: c_low itself is accepted
         ("salvage_ds_no_anchor", 0.7, 0.125, "too_hard"),
-        ("dapo_filter", 0.0, 0.0, "no_contrast"),
-        ("dapo_filter", 0.7, 0.125, None),  # no competence band
+        ("dapo", 0.0, 0.0, "no_contrast"),
+        ("dapo", 0.7, 0.125, None),  # no competence band
         ("grpo", 0.0, 0.0, None),  # no gate at all
     ],
 )
@@ -151,19 +152,105 @@ def test_loss_aggregates_tokens_and_weights_terms():
         anchor_logp=anchor_logp,
         anchor_mask=anchor_mask,
         n_anchor_tokens=2,
+        accepted_groups=1,
+        anchored_groups=1,
     )
     assert float(parts.surrogate) == pytest.approx((-1.0 * 3 + 2.0 * 1) / 4)  # token-level: 3 tokens of A=1
     assert float(parts.kl) == pytest.approx(1.0 - math.log(2.0))
     assert float(parts.anchor) == pytest.approx(3.0)
-    assert float(parts.loss) == pytest.approx(-0.25 + 0.1 * (1.0 - math.log(2.0)) + 0.5 * 3.0)
-    for mode in ("grpo", "dapo_filter", "salvage_ds_no_anchor"):
+    # w_A = w_R = 1/2 (one accepted, one anchored group)
+    assert float(parts.loss) == pytest.approx(0.5 * (-0.25 + 0.1 * (1.0 - math.log(2.0))) + 0.5 * 0.5 * 3.0)
+    for mode in ("grpo", "dapo", "salvage_ds_no_anchor"):
         dropped = salvage_ds_loss(
             SalvageDSParams(mode=mode, lam=0.5),
             anchor_logp=anchor_logp,
             anchor_mask=anchor_mask,
             n_anchor_tokens=2,
+            anchored_groups=1,
         )
         assert float(dropped.loss) == 0.0  # only salvage_ds anchors rejected groups
+
+
+def test_lambda_weighs_an_anchored_group_against_an_accepted_one_whatever_the_mix():
+    """Per group, anchor : surrogate = lambda, for 1 anchored + 3 accepted and for 3 anchored + 1 accepted."""
+    p = SalvageDSParams(mode="salvage_ds", lam=0.5)
+
+    def loss(accepted: int, anchored: int) -> float:
+        # every accepted reply: 2 tokens, ratio 1, advantage -1 -> surrogate +1 per token (mean 1);
+        # every anchored reference: 2 action tokens of log-prob -2 -> anchor NLL 2 per token (mean 2)
+        logp = torch.zeros(accepted, 2)
+        anchor_logp = torch.full((anchored, 2), -2.0)
+        return float(
+            salvage_ds_loss(
+                p,
+                logp=logp,
+                old_logp=logp,
+                advantages=-torch.ones(accepted),
+                completion_mask=torch.ones(accepted, 2),
+                n_completion_tokens=2 * accepted,
+                anchor_logp=anchor_logp,
+                anchor_mask=torch.ones(anchored, 2),
+                n_anchor_tokens=2 * anchored,
+                accepted_groups=accepted,
+                anchored_groups=anchored,
+            ).loss
+        )
+
+    # L = w_A * 1 + lam * w_R * 2: by hand 3/4 * 1 + 0.5 * 1/4 * 2 = 1.0 and 1/4 * 1 + 0.5 * 3/4 * 2 = 1.0
+    assert loss(3, 1) == pytest.approx(0.75 + 0.25)
+    assert loss(1, 3) == pytest.approx(0.25 + 0.75)
+    # per group: the anchor's part over the surrogate's part, divided by |R| / |A|, is lambda in both mixes
+    for accepted, anchored in ((3, 1), (1, 3)):
+        surrogate_part = accepted / 4 * 1.0
+        anchor_part = loss(accepted, anchored) - surrogate_part
+        assert (anchor_part / anchored) / (surrogate_part / accepted) == pytest.approx(0.5 * 2.0)
+
+
+def test_grpo_is_a_per_sequence_mean_with_a_symmetric_clip():
+    """TRL's loss_type 'grpo': 1/n sum_i 1/|o_i| sum_t; clip(rho, 1 - eps_low, 1 + eps_low)."""
+    logp = torch.zeros(2, 3)
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    advantages = torch.tensor([1.0, -2.0])
+    kwargs = dict(
+        logp=logp, old_logp=logp, advantages=advantages, completion_mask=mask, n_completion_tokens=4,
+        n_replies=2, accepted_groups=1,
+    )  # fmt: skip
+    # reply 1: mean of three -1 = -1; reply 2: +2; per-sequence mean (-1 + 2) / 2 = 0.5 (token mean: -0.25)
+    assert float(salvage_ds_loss(SalvageDSParams(mode="grpo"), **kwargs).loss) == pytest.approx(0.5)
+    assert float(salvage_ds_loss(SalvageDSParams(mode="dapo"), **kwargs).loss) == pytest.approx(-0.25)
+    ratio = torch.tensor([[1.5]])
+    for mode, cap in (("grpo", 1.2), ("dapo", 1.28)):
+        p = SalvageDSParams(mode=mode, eps_low=0.2, eps_high=0.28)
+        loss, _ = clipped_surrogate(ratio.log(), torch.zeros(1, 1), torch.ones(1, 1), p)
+        assert float(loss) == pytest.approx(-cap)
+
+
+def test_competence_pools_the_group_with_the_probes_samples():
+    # 1 right of 8 in the group, 0 of 4 in the probe: c = 1/12 < 0.15, too hard; the group alone says 1/8 = 0.125
+    rewards, right = [1.0] + [-1.0] * 7, [True] + [False] * 7
+    p = SalvageDSParams()
+    pooled = group_statistics(rewards, right, probe_right=0, probe_samples=4)
+    assert pooled.competence == pytest.approx(1 / 12)
+    assert gate(pooled, p) == "too_hard"
+    # 7 of 8 right and 4 of 4 in the probe: 11/12 > 0.85, too easy
+    easy = group_statistics([1.0] * 7 + [-1.0], [True] * 7 + [False], probe_right=4, probe_samples=4)
+    assert easy.competence == pytest.approx(11 / 12) and gate(easy, p) == "too_easy"
+    # 2 of 8 and 1 of 4: 3/12 = 0.25, inside the band
+    assert gate(group_statistics([1.0] * 2 + [-1.0] * 6, [True] * 2 + [False] * 6, 1, 4), p) is None
+    with pytest.raises(ValueError, match="probe_right"):
+        group_statistics(rewards, right, probe_right=5, probe_samples=4)
+
+
+def test_probe_counts_rescore_the_probes_samples_against_the_reference_set():
+    references = [parse_action("click(4)"), parse_action('press("Enter")')]
+    row = {
+        "state_id": "s:1",
+        "sampled_actions": ["click(4)", "press(Return)", "click(5)", "<invalid: no action>"],
+    }
+    assert probe_counts(row, references) == (4, 2)
+    assert probe_counts({"state_id": "s:2", "sampled_actions": None}, references) == (0, 0)
+    with pytest.raises(ValueError, match="state 's:3': field sampled_actions holds 'clack"):
+        probe_counts({"state_id": "s:3", "sampled_actions": ["clack(1)"]}, references)
 
 
 def test_loss_needs_reference_logprobs_when_beta_is_positive():
@@ -176,6 +263,7 @@ def test_loss_needs_reference_logprobs_when_beta_is_positive():
             advantages=torch.ones(1),
             completion_mask=torch.ones(1, 2),
             n_completion_tokens=2,
+            accepted_groups=1,
         )
 
 

@@ -223,3 +223,38 @@ def test_parallel_envs_keep_separate_carts(
         cart = run.verdict.details["cart"]
         assert run.verdict.success, run.verdict.reason
         assert [item["product"] for item in cart] == [task.metadata["params"]["product"]]
+
+
+def test_declared_equivalents_do_what_the_reference_step_does(
+    browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task]
+) -> None:
+    """Every kind of declared equivalent (one task per template that declares one), played in the reference step's
+    place, reaches the page the reference step reaches and the task's checker still passes."""
+    from rmsweb_kedro.web.sandbox import resolve_equivalents
+
+    templates = sorted(
+        {
+            t.metadata["template"]
+            for t in sandbox_task_list
+            if any(s.get("equivalents") for s in t.reference_solution)
+        }
+    )
+    assert {"flight_book", "job_apply", "shop_order", "homes_viewing", "hotel_book"} <= set(templates)
+    for template in templates:
+        task = task_of(sandbox_task_list, template)
+        at = next(i for i, s in enumerate(task.reference_solution) if s.get("equivalents"))
+        urls = {}
+        for use_equivalent in (False, True):
+            observation = browser_env.reset(task)
+            for index, step in enumerate(task.reference_solution):
+                action = resolve_step(step, observation)
+                if index == at and use_equivalent:
+                    (action,) = resolve_equivalents(step, observation)
+                    assert action == parse_action('press("Enter")')
+                observation = browser_env.step(action)
+                assert observation.error is None, (task.id, index, observation.error)
+                if index == at:
+                    urls[use_equivalent] = observation.url
+            verdict = check(task, sandbox_server.session_state(browser_env.session_id), browser_env.final_answer)
+            assert verdict.success, (task.id, use_equivalent, verdict.reason)
+        assert urls[True] == urls[False], task.id

@@ -24,6 +24,9 @@ class Decision:
     fatal: bool = False
     #: Cost of this decision in US dollars (endpoint prices per million tokens; 0 for local or scripted roles).
     cost_usd: float = 0.0
+    #: Other actions that do what ``action`` does at this state, when the role can establish them (the sandbox
+    #: teacher: its reference step's declared equivalents); recorded as ``Step.equivalent_actions``.
+    equivalents: list[Action] = field(default_factory=list)
 
 
 class Agent(Protocol):

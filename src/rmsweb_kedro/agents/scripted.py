@@ -2,10 +2,15 @@
 
 The teacher follows the task's reference solution (see docs/sandbox.md) but, seeded, takes detours (``dead_end``:
 wanders into a wrong page and comes back) and makes mistakes at decision points (``pick_item``,
-``choose_option``, ``type_value``, ``skip_filter``), sometimes noticing and fixing them. The reflector names the
-wrong decisions of a failed attempt, first one first, and what to do instead, in plain sentences; the teacher reads
-those sentences and does not repeat a mistake they name. Nothing here reads the server's hidden state except the
-judge, which is the task's checker.
+``choose_option``, ``type_value``, ``skip_filter``), sometimes noticing and fixing them. It also takes longer ways
+that still succeed and that removing detours cannot undo, because they never revisit a page: ``longer_route``
+(types a search, then clicks the button, where Enter would have submitted it) and ``unnecessary_filter`` (applies a
+filter or sort the task does not need before the step that does). The reflector names the wrong decisions of a
+failed attempt, first one first, and what to do instead, in plain sentences, saying of a longer way that it was one;
+the teacher reads those sentences and does not repeat a mistake they name, nor, once a reflection has called one
+of its steps a longer route or an unnecessary filter, take any way of that kind again. So reflection retries
+succeed in fewer steps than independent retries of the same tasks. Nothing here reads the server's hidden state
+except the judge, which is the task's checker.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from rmsweb_kedro.schema import Observation, Step, Task, Usage, Verdict
 
 DETOUR = "dead_end"
 SKIP = "skip_filter"
+#: The longer ways a reference step may offer (``tasks.longer``) and how a reflection calls one.
+LONGER_WAYS = {"longer_route": "a longer route", "unnecessary_filter": "an unnecessary filter"}
 _AXTREE_ELEMENT = re.compile(r'^\s*(\w+) "((?:[^"\\]|\\.)*)" \[(\d+)\]', re.MULTILINE)
 
 
@@ -40,6 +47,8 @@ class TeacherImperfections(BaseModel):
             "type_value": 0.3,
             SKIP: 0.3,
             DETOUR: 0.3,
+            "longer_route": 0.3,
+            "unnecessary_filter": 0.3,
         }
     )
     self_correct_prob: float = Field(default=0.25, ge=0, le=1)
@@ -48,13 +57,15 @@ class TeacherImperfections(BaseModel):
 # ---------------------------------------------------------------- describing decisions in words
 
 
-def describe(action_type: str, role: str | None, name: str | None, argument: Any = None) -> str:
+def describe(
+    action_type: str, role: str | None, name: str | None, argument: Any = None, submit: bool = False
+) -> str:
     """A decision in the words reflections use: 'select "L" in combobox "Size"', 'click link "Help"'."""
     target = f'{role} "{name}"'
     if action_type == "click":
         return f"click {target}"
     if action_type == "type":
-        return f'type "{argument}" into {target}'
+        return f'type "{argument}" into {target}' + (" and press Enter" if submit else "")
     if action_type == "select_option":
         return f'select "{argument}" in {target}'
     if action_type == "hover":
@@ -68,7 +79,9 @@ def describe_reference(step: dict[str, Any]) -> str:
     argument = step.get(
         "text", step.get("option", step.get("key", step.get("direction", step.get("status"))))
     )
-    return describe(step["action"], target.get("role"), target.get("name"), argument)
+    return describe(
+        step["action"], target.get("role"), target.get("name"), argument, step.get("submit", False)
+    )
 
 
 def describe_taken(step: Step) -> str | None:
@@ -80,7 +93,7 @@ def describe_taken(step: Step) -> str | None:
         return describe(action.type.value, None, None, action.argument)
     for role, name, element_id in _AXTREE_ELEMENT.findall(step.axtree or ""):
         if int(element_id) == action.element:
-            return describe(action.type.value, role, name.replace('\\"', '"'), action.argument)
+            return describe(action.type.value, role, name.replace('\\"', '"'), action.argument, action.submit)
     return None
 
 
@@ -111,7 +124,11 @@ class ScriptedTeacher:
         if not task.reference_solution:
             raise ValueError(f"task {task.id}: no reference_solution; the scripted teacher needs one")
         rng = random.Random(f"{self.seed}:{task.id}")
+        # its own stream, so the other draws stay what they were before longer ways existed
+        longer_rng = random.Random(f"{self.seed}:{task.id}:longer")
         lessons = normalize_text(" ".join(reflections))
+        # a reflection that called a step a longer way rules out every way of that kind
+        ruled_out = {kind for kind, words in LONGER_WAYS.items() if normalize_text(f"({words})") in lessons}
         reference = task.reference_solution
         plan: list[dict[str, Any]] = []
         for position, step in enumerate(reference):
@@ -124,6 +141,17 @@ class ScriptedTeacher:
             named = any(
                 _mentions(lessons, describe_reference(s)) for s in [step, *alternatives] if s.get("action")
             )
+            way, draw_longer = step.get("longer"), longer_rng.random()
+            longer = (
+                way is not None
+                and way["kind"] not in ruled_out
+                and not _mentions(lessons, describe_reference(way["steps"][0]))
+                and draw_longer < self.imperfections.mistake_probs.get(way["kind"], 0.0)
+            )
+            *extra, last = way["steps"] if longer else [step]
+            replaces = describe_reference(last) != describe_reference(step)  # a longer route, not a filter
+            if longer and not replaces:  # the unnecessary filter first; then the step as usual
+                plan += [{**s, "mistake": way["kind"]} for s in extra]
             if (
                 label
                 and alternatives
@@ -138,6 +166,9 @@ class ScriptedTeacher:
                     plan += [{**r, "recovery": True} for r in wrong.get("recovery") or []]
                 else:
                     continue  # the mistake stands; the attempt goes on from the wrong state
+            if longer and replaces:
+                plan += [{**s, "mistake": way["kind"]} for s in [*extra, last]]
+                continue
             plan.append({**step, "reference_index": position})
         self._plans[key] = plan
         return plan
@@ -145,7 +176,7 @@ class ScriptedTeacher:
     def act(
         self, task: Task, observation: Observation, history: list[Step], reflections: list[str]
     ) -> Decision:
-        from rmsweb_kedro.web.sandbox import resolve_step
+        from rmsweb_kedro.web.sandbox import resolve_equivalents, resolve_step
 
         plan = self.plan(task, reflections)
         if len(history) >= len(plan):
@@ -161,7 +192,19 @@ class ScriptedTeacher:
                 raw_output=f"Thought: {thought}",
                 error=f"target not found: {err}",
             )
-        return Decision(action=action, thought=thought, raw_output=format_reply(thought, action))
+        # A step's equivalents hold at the state the reference reaches: only when the step before was the
+        # reference's own step before (no mistake or recovery in between, e.g. the focus is in the typed field).
+        position = step.get("reference_index")
+        on_reference = position is not None and (
+            position == 0
+            or (len(history) > 0 and plan[len(history) - 1].get("reference_index") == position - 1)
+        )
+        return Decision(
+            action=action,
+            thought=thought,
+            raw_output=format_reply(thought, action),
+            equivalents=resolve_equivalents(step, observation) if on_reference else [],
+        )
 
 
 # ---------------------------------------------------------------- reflector
@@ -182,6 +225,12 @@ class ScriptedReflector:
         for step in task.reference_solution or []:
             label, alternatives = step.get("decision"), step.get("alternatives") or []
             right = describe_reference(step)
+            way = step.get("longer")
+            if way:
+                said = describe_reference(way["steps"][0])
+                if normalize_text(said) in taken_set and normalize_text(said) != normalize_text(right):
+                    first = next(i for i, d in enumerate(taken) if normalize_text(d) == normalize_text(said))
+                    found.append((first, f"{said} ({LONGER_WAYS[way['kind']]})", right))
             if not label or not alternatives:
                 continue
             if label == SKIP:

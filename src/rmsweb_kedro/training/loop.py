@@ -20,6 +20,9 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy traine
   complete checkpoint (model, optimizer, RNG states, step count and metrics history, and, for a checkpoint taken
   between the mu updates of a batch, that batch as rolled out, so the remaining updates use the same samples);
 - a wall-clock budget (``max_seconds``) that ends the run early, cleanly, with a checkpoint;
+- a step with nothing to learn takes no optimizer step: when the rollout marks every micro-batch of the step
+  ``learnable: False`` on every process (e.g. every sampled group was discarded), the step is counted and logged
+  (``train/optimizer_step`` 0) but AdamW does not move the weights on stale momentum;
 - a tqdm progress bar on the main process and a metrics history (list of dicts, also ``history.jsonl``).
 
 Runs in a plain ``python`` process (one CPU or GPU) or under ``accelerate launch`` (DDP, FSDP2, DeepSpeed, several
@@ -459,13 +462,17 @@ def train_loop(
             if config.max_grad_norm
             else None
         )
-        optimizer.step()
+        learnable = torch.tensor(float(any(b.get("learnable", True) for b in pending)), device=accelerator.device)
+        learnable = bool(accelerator.reduce(learnable, "sum") > 0)  # one decision on every process
+        if learnable:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         state.step += 1
         if state.step % mu == 0:  # the batch's mu updates are done: the next step samples a new one
             pending = None
 
         row: dict[str, float] = {"step": state.step, "lr": lr, **{f"train/{k}": v for k, v in sums.items()}}
+        row["train/optimizer_step"] = float(learnable)
         if grad_norm is not None:
             row["train/grad_norm"] = float(grad_norm)
         if state.step % config.log_every == 0 or state.step == config.max_steps:

@@ -1,15 +1,26 @@
-r"""Salvage-DS: group-relative RL at the level of one action, with a gate and an action-only anchor.
+r"""Salvage-DS: group-relative RL at the level of one action, with a gate, dynamic sampling and an action-only anchor.
 
 For each critical state :math:`s_g` the current policy samples a group of G replies
 :math:`o_{g,1..G}` (thought + action) with their token log-probabilities under the sampling policy
-:math:`\pi_{old}`. Each reply is scored against the reference action(s) :math:`a^*_g`:
+:math:`\pi_{old}`. Each reply is scored against the state's **reference set** :math:`\mathcal{Y}^*_g`
+(``schema.reference_set``: the reference action and every action the sandbox established as equivalent there,
+e.g. pressing Enter in a form's text field for its submit button; web/sandbox/reference.py):
 
-    r_{g,i} = r_pos      if the reply's action is semantically equal to a reference action
+    r_{g,i} = r_pos      if the reply's action is semantically equal to an action of the reference set
             = r_neg      if it parses but does something else
             = r_invalid  if it does not parse                        (no partial credit)
 
 Group statistics: :math:`\mu_g = mean_i r_{g,i}`, :math:`\sigma_g = std_i r_{g,i}` (population std) and the
-competence :math:`c_g` = share of replies that are right. The **contrast-and-competence gate** accepts a group when
+**competence** :math:`c_g`, the share of right replies among the group's G samples *and* the K samples the mining
+probe drew on the same state (``critical_states.sampled_actions``, re-scored against the reference set):
+
+    c_g = (#right among o_{g,1..G} + #right among the probe's K) / (G + K)       (competence: group_and_probe)
+    c_g = #right among o_{g,1..G} / G                                            (competence: group)
+
+With the group alone and r_neg = r_invalid, a group contrasts exactly when 0 < c_g < 1, so a band wider than
+[1/G, 1 - 1/G] never binds; pooling with the probe's samples gives a (G + K)-sample estimate whose band tests act
+(1 right of 8 on a state the probe never got right is c_g = 1/12: too hard). The
+**contrast-and-competence gate** accepts a group when
 
     \sigma_g > \tau_contrast   and   c_low <= c_g <= c_high
 
@@ -19,32 +30,46 @@ and otherwise rejects it with one reason: ``no_contrast`` (all rewards equal), `
     \hat A_{g,i} = (r_{g,i} - \mu_g) / (\sigma_g + \epsilon_std)    (or r_{g,i} - \mu_g when scale_by_std is off)
 
 and rejected groups :math:`\mathcal{R}` get the **action-only anchor**: the negative log-likelihood of the tokens
-of the reference *action* :math:`y^*_g` (the thought masked out). With the token ratio
-:math:`\rho_{g,i,t} = \pi_\theta(o_{g,i,t} | s_g, o_{g,i,<t}) / \pi_{old}(o_{g,i,t} | s_g, o_{g,i,<t})`
-the total loss of one optimizer step is
+of the reference *action* :math:`y^*_g` (the thought masked out).
 
-    L(\theta) = 1/N_o \sum_{g \in A} \sum_i \sum_t [ -min(\rho \hat A_{g,i}, clip(\rho, 1-\epsilon_low, 1+\epsilon_high) \hat A_{g,i})
-                                                   + \beta D_k3(g,i,t) ]
-              + \lambda \cdot 1/N_a \sum_{g \in R} \sum_{t \in action(y^*_g)} -log \pi_\theta(y^*_{g,t} | s_g, y^*_{g,<t})
+**Dynamic sampling** (DAPO's, Yu et al. 2025, sec. 3.2; verl's ``max_num_gen_batches``): a step keeps sampling
+groups for further states, B at a time (B = ``loop.batch_size``), until it holds B *usable* groups (accepted, or
+anchored in ``salvage_ds``) or ``max_rounds`` generation rounds are spent; surplus groups of the last round and
+rejected groups that are not anchored are discarded (``train/discarded_groups``, ``train/rounds``). A step that
+ends with nothing to learn (no accepted group with a non-zero advantage, nothing anchored) takes no optimizer step.
+``sampled_action_budget`` caps the sampled actions of a run, so modes are compared at equal sampling cost.
+
+With the token ratio :math:`\rho_{g,i,t} = \pi_\theta(o_{g,i,t} | s_g, o_{g,i,<t}) / \pi_{old}(o_{g,i,t} | s_g,
+o_{g,i,<t})`, the per-token surrogate :math:`\ell_{g,i,t} = -min(\rho \hat A_{g,i}, clip(\rho, 1-\epsilon_low,
+1+\epsilon_high) \hat A_{g,i}) + \beta D_k3(g,i,t)` and the group shares :math:`w_A = |A| / (|A| + |R|)`,
+:math:`w_R = |R| / (|A| + |R|)`, the total loss of one optimizer step is
+
+    L(\theta) = w_A \cdot 1/N_o \sum_{g \in A} \sum_i \sum_t \ell_{g,i,t}
+              + \lambda \cdot w_R \cdot 1/N_a \sum_{g \in R} \sum_{t \in action(y^*_g)} -log \pi_\theta(y^*_{g,t} | s_g, y^*_{g,<t})
 
     D_k3 = \pi_ref / \pi_\theta - log(\pi_ref / \pi_\theta) - 1     (\pi_ref: the frozen SFT policy, per token)
 
 where :math:`N_o` is the number of completion tokens of accepted groups and :math:`N_a` the number of anchored
-action tokens in the step (token-level aggregation: every token weighs the same, long replies do not dilute).
-A term with no tokens is zero.
+action tokens in the step (token-level aggregation inside each term: every token weighs the same, long replies do
+not dilute). The shares make :math:`\lambda` mean what it says: an anchored group weighs :math:`\lambda` times an
+accepted group, whatever the accepted/rejected mix (without them one anchored group's ~10 tokens would weigh
+:math:`\lambda` times all accepted groups together). A term with no tokens is zero.
 
 **Updates per batch** :math:`\mu` (``loop.updates_per_batch``): the groups are sampled once, and L is minimised
 for :math:`\mu` optimizer steps on them with :math:`\pi_{old}`, the rewards, the gate's decisions and
 :math:`\hat A` frozen (``SalvageDSStep.rollout``). At the first of the :math:`\mu` updates
 :math:`\pi_\theta = \pi_{old}`, so :math:`\rho = 1` and nothing is clipped; from the second on :math:`\rho`
-moves and the clip bounds it. :math:`\mu = 1` (TRL's ``num_iterations=1``) takes one step a sampled batch.
+moves and the clip bounds it. The default is :math:`\mu = 2` (measured: docs/salvage_ds.md).
 
-The modes are ablations of the same formula:
+The modes (``mode``), each what its name says:
 
-    grpo                  every group accepted (no gate), no anchor
-    dapo_filter           contrast gate only (\sigma_g > \tau_contrast), rejected groups dropped
-    salvage_ds            the full gate, rejected groups anchored with weight \lambda
-    salvage_ds_no_anchor  the full gate, rejected groups dropped
+    grpo                  DeepSeekMath's GRPO as TRL implements it (loss_type "grpo"): every group, per-sequence
+                          mean (1/G \sum_i 1/|o_i| \sum_t) instead of the token mean, symmetric clip
+                          (\epsilon_high = \epsilon_low), no dynamic sampling, no anchor
+    dapo                  DAPO: token mean, clip-higher (\epsilon_high), dynamic sampling over the contrast filter
+                          (\sigma_g > \tau_contrast), rejected groups discarded
+    salvage_ds            the full gate, dynamic sampling, rejected groups anchored with weight \lambda
+    salvage_ds_no_anchor  the full gate, dynamic sampling, rejected groups discarded
 
 Several processes: ``accelerate launch ... -m rmsweb_kedro.training.salvage_ds --job JOB.json`` (the
 ``salvage_ds`` node starts it when ``launch`` names a config; ``training.launch``, the design SFT shares); ``JOB.json``:
@@ -53,9 +78,8 @@ ZeRO-3 the policy's weights are sharded: the loop turns on synced generation, so
 forwards of ``generate`` until the longest reply of any process is done.
 
 Every symbol is a field of :class:`SalvageDSParams` (``conf/base/parameters_salvage_ds.yml``), except
-:math:`\mu`, a field of the shared loop's ``LoopConfig`` (``salvage_ds.loop.updates_per_batch``). The
-partial-credit reward (type / target / argument weighted, the usual GUI-RL design) is kept as an ablation:
-``reward: partial``.
+:math:`\mu` and B, fields of the shared loop's ``LoopConfig``. The partial-credit reward (type / target / argument
+weighted, the usual GUI-RL design) is kept as an ablation: ``reward: partial``.
 """
 
 from __future__ import annotations
@@ -68,11 +92,11 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.actions import Action, normalized_argument, same_target, semantically_equal
+from rmsweb_kedro.actions import Action, matches_any, normalized_argument, same_target
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.training.loop import LoopConfig
 
-Mode = Literal["grpo", "dapo_filter", "salvage_ds", "salvage_ds_no_anchor"]
+Mode = Literal["grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor"]
 RejectReason = Literal["no_contrast", "too_easy", "too_hard"]
 REJECT_REASONS: tuple[RejectReason, ...] = ("no_contrast", "too_easy", "too_hard")
 
@@ -94,15 +118,19 @@ class SalvageDSParams(BaseModel):
     # groups and gate
     group_size: int = Field(8, ge=2)  # G
     tau_contrast: float = Field(1e-6, ge=0.0)
-    c_low: float = Field(0.1, ge=0.0, le=1.0)
-    c_high: float = Field(0.9, ge=0.0, le=1.0)
+    competence: Literal["group_and_probe", "group"] = "group_and_probe"
+    c_low: float = Field(0.15, ge=0.0, le=1.0)
+    c_high: float = Field(0.85, ge=0.0, le=1.0)
+    # dynamic sampling
+    max_rounds: int = Field(3, ge=1)  # generation rounds (of B states each) at most per sampled batch
+    sampled_action_budget: int | None = Field(None, ge=1)  # sampled actions of the whole run; None: no cap
     # objective
     scale_by_std: bool = True
     eps_std: float = Field(1e-4, gt=0.0)
     eps_low: float = Field(0.2, ge=0.0, lt=1.0)
-    eps_high: float = Field(0.28, ge=0.0)
+    eps_high: float = Field(0.28, ge=0.0)  # clip-higher; grpo clips symmetrically at eps_low
     beta: float = Field(0.0, ge=0.0)  # weight of D_k3 to the frozen SFT policy; 0: no reference model
-    lam: float = Field(0.5, ge=0.0)  # anchor weight lambda
+    lam: float = Field(0.5, ge=0.0)  # anchor weight lambda: an anchored group weighs lam accepted groups
     # sampling (the policy that produces pi_old)
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -119,20 +147,31 @@ class SalvageDSParams(BaseModel):
         """lambda as the mode uses it: only ``salvage_ds`` anchors rejected groups."""
         return self.lam if self.mode == "salvage_ds" else 0.0
 
+    @property
+    def clip_high(self) -> float:
+        """The upper clip epsilon: symmetric (eps_low) in ``grpo``, clip-higher (eps_high) otherwise."""
+        return self.eps_low if self.mode == "grpo" else self.eps_high
+
+    @property
+    def sequence_mean(self) -> bool:
+        """``grpo`` averages tokens within each reply, then replies; the others average all tokens together."""
+        return self.mode == "grpo"
+
+    @property
+    def dynamic_sampling(self) -> bool:
+        """Every mode with a gate samples further groups until the batch is full (``max_rounds`` at most)."""
+        return self.mode != "grpo"
+
 
 # ---------------------------------------------------------------- rewards
 
 
-def is_right(action: Action | None, references: list[Action]) -> bool:
-    """True when ``action`` does what one of the reference actions does (type, target, normalised argument)."""
-    return any(semantically_equal(action, ref) for ref in references)
-
-
 def polarized_reward(action: Action | None, references: list[Action], p: SalvageDSParams) -> float:
-    """r_pos for a semantically equal action, r_neg for any other action, r_invalid when it did not parse."""
+    """r_pos for an action equal to one of the reference set, r_neg for any other action, r_invalid when it did
+    not parse."""
     if action is None:
         return p.r_invalid
-    return p.r_pos if is_right(action, references) else p.r_neg
+    return p.r_pos if matches_any(action, references) else p.r_neg
 
 
 def partial_credit_reward(action: Action | None, references: list[Action], p: SalvageDSParams) -> float:
@@ -171,14 +210,20 @@ class GroupStats:
     competence: float
 
 
-def group_statistics(rewards: list[float], right: list[bool]) -> GroupStats:
-    """Statistics of one group from its rewards and whether each sample was right."""
+def group_statistics(
+    rewards: list[float], right: list[bool], probe_right: int = 0, probe_samples: int = 0
+) -> GroupStats:
+    """Statistics of one group from its rewards and whether each sample was right; the competence pools the
+    group with ``probe_right`` right samples of ``probe_samples`` drawn on the same state by the mining probe."""
     if not rewards or len(rewards) != len(right):
         raise ValueError(
             f"a group needs one 'right' flag per reward; got {len(rewards)} rewards, {len(right)} flags"
         )
+    if not 0 <= probe_right <= probe_samples:
+        raise ValueError(f"probe_right ({probe_right}) must lie in [0, probe_samples ({probe_samples})]")
     r = torch.tensor(rewards, dtype=torch.float64)
-    return GroupStats(float(r.mean()), float(r.std(correction=0)), sum(right) / len(right))
+    competence = (sum(right) + probe_right) / (len(right) + probe_samples)
+    return GroupStats(float(r.mean()), float(r.std(correction=0)), competence)
 
 
 def gate(stats: GroupStats, p: SalvageDSParams) -> RejectReason | None:
@@ -187,7 +232,7 @@ def gate(stats: GroupStats, p: SalvageDSParams) -> RejectReason | None:
         return None
     if stats.std <= p.tau_contrast:
         return "no_contrast"
-    if p.mode == "dapo_filter":
+    if p.mode == "dapo":
         return None
     if stats.competence < p.c_low:
         return "too_hard"
@@ -224,12 +269,12 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
 def clipped_surrogate(
     logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, p: SalvageDSParams
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) and where the clip is active (bool).
+    """Per-token -min(rho A, clip(rho, 1-eps_low, 1+clip_high) A) and where the clip is active (bool).
 
     ``advantages`` broadcasts against the token tensors (one value per sample: shape (B, 1))."""
     ratio = torch.exp(logp - old_logp)
     unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - p.eps_low, 1.0 + p.eps_high) * advantages
+    clipped = torch.clamp(ratio, 1.0 - p.eps_low, 1.0 + p.clip_high) * advantages
     return -torch.minimum(unclipped, clipped), (clipped < unclipped)
 
 
@@ -241,8 +286,9 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossParts:
-    """The terms of L for one (micro-)batch, already divided by the step's token counts N_o and N_a, so the
-    parts of several micro-batches of one step add up to the step's loss."""
+    """The terms of L for one (micro-)batch, already divided by the step's token counts N_o and N_a (or, in
+    ``grpo``, by the step's reply count) and weighted by the group shares, so the parts of several micro-batches
+    of one step add up to the step's loss. ``surrogate``/``kl``/``anchor`` are the unweighted means (metrics)."""
 
     loss: torch.Tensor
     surrogate: torch.Tensor
@@ -259,31 +305,51 @@ def salvage_ds_loss(
     advantages: torch.Tensor | None = None,
     completion_mask: torch.Tensor | None = None,
     n_completion_tokens: int = 0,
+    n_replies: int = 0,
     ref_logp: torch.Tensor | None = None,
     anchor_logp: torch.Tensor | None = None,
     anchor_mask: torch.Tensor | None = None,
     n_anchor_tokens: int = 0,
+    accepted_groups: int = 0,
+    anchored_groups: int = 0,
 ) -> LossParts:
     """L (module docstring) for the accepted samples (``logp``/``old_logp``/``completion_mask``: (B, T);
     ``advantages``: (B,)) and the anchored references (``anchor_logp``/``anchor_mask``: (B', T')).
 
-    ``n_completion_tokens`` (N_o) and ``n_anchor_tokens`` (N_a) are the counts over the whole optimizer step."""
+    Counts are over the whole optimizer step: ``n_completion_tokens`` (N_o), ``n_replies`` (accepted replies, the
+    divisor of ``grpo``'s per-sequence mean), ``n_anchor_tokens`` (N_a), and the groups accepted (|A|) and
+    anchored (|R|) that make the shares w_A and w_R."""
     zero = torch.zeros(())
     surrogate, kl, anchor, clipped_tokens = zero, zero, zero, 0
+    if n_completion_tokens > 0 and accepted_groups <= 0:
+        raise ValueError("completion tokens need accepted_groups > 0 (the share w_A weighs the surrogate)")
+    if n_anchor_tokens > 0 and p.anchor_weight > 0 and anchored_groups <= 0:
+        raise ValueError("anchor tokens need anchored_groups > 0 (the share w_R weighs the anchor)")
+    groups = accepted_groups + anchored_groups
+    w_accepted = accepted_groups / groups if groups else 0.0
+    w_anchored = anchored_groups / groups if groups else 0.0
     if logp is not None and n_completion_tokens > 0:
         assert old_logp is not None and advantages is not None and completion_mask is not None
         mask = completion_mask.to(logp.dtype)
+        if p.sequence_mean:  # each reply's tokens averaged, then the replies: 1/n_replies sum_i 1/|o_i| sum_t
+            if n_replies <= 0:
+                raise ValueError(
+                    "grpo's per-sequence mean needs n_replies > 0 when there are completion tokens"
+                )
+            weights = mask / mask.sum(-1, keepdim=True).clamp(min=1) / n_replies
+        else:
+            weights = mask / n_completion_tokens
         per_token, clipped = clipped_surrogate(logp, old_logp, advantages.unsqueeze(-1), p)
-        surrogate = (per_token * mask).sum() / n_completion_tokens
+        surrogate = (per_token * weights).sum()
         clipped_tokens = int((clipped & completion_mask.bool()).sum())
         if p.beta > 0:
             if ref_logp is None:
                 raise ValueError("beta > 0 needs the reference log-probabilities (ref_logp)")
-            kl = (k3_kl(logp, ref_logp) * mask).sum() / n_completion_tokens
+            kl = (k3_kl(logp, ref_logp) * weights).sum()
     if anchor_logp is not None and n_anchor_tokens > 0 and p.anchor_weight > 0:
         assert anchor_mask is not None
         anchor = -(anchor_logp * anchor_mask.to(anchor_logp.dtype)).sum() / n_anchor_tokens
-    loss = surrogate + p.beta * kl + p.anchor_weight * anchor
+    loss = w_accepted * (surrogate + p.beta * kl) + p.anchor_weight * w_anchored * anchor
     return LossParts(loss=loss, surrogate=surrogate, kl=kl, anchor=anchor, clipped_tokens=clipped_tokens)
 
 
@@ -327,8 +393,8 @@ def action_token_mask(offsets: list[tuple[int, int]], reply: str) -> list[int]:
 
 @dataclass(frozen=True)
 class PreparedState:
-    """A state tokenised once: its row (the prompt is built from it), its reference action(s), its prompt ids and
-    the reference reply with the anchor mask."""
+    """A state tokenised once: its row (the prompt is built from it), its reference set, the mining probe's samples
+    of it (how many, how many right), its prompt ids and the reference reply with the anchor mask."""
 
     state_id: str
     row: dict
@@ -336,24 +402,42 @@ class PreparedState:
     prompt_ids: list[int]
     reply_ids: list[int]  # reference reply + end of turn
     reply_action_mask: list[int]  # 1 on the action's tokens (and the end of turn), 0 on the thought
+    probe_samples: int = 0
+    probe_right: int = 0
+
+
+def probe_counts(row: dict, references: list[Action]) -> tuple[int, int]:
+    """``(K, right)``: the mining probe's sampled actions of a state (``sampled_actions``: canonical texts, or
+    ``<invalid: reason>``; absent or null when the state was not probed) and how many are in the reference set."""
+    from rmsweb_kedro.actions import ActionParseError, parse_action
+
+    labels = row.get("sampled_actions") or []
+    right = 0
+    for label in labels:
+        if label.startswith("<invalid"):
+            continue
+        try:
+            right += matches_any(parse_action(label), references)
+        except ActionParseError:
+            raise ValueError(
+                f"state {row.get('state_id')!r}: field sampled_actions holds {label!r}, neither an action nor "
+                "'<invalid: reason>'"
+            ) from None
+    return len(labels), right
 
 
 def prepare_states(states: list[dict], processor, prompt_config) -> list[PreparedState]:
     """STATE_SCHEMA rows with the policy's prompt (``hf_policy.prompt_inputs``, the sampler's) and reference reply."""
-    from rmsweb_kedro.actions import ActionParseError, parse_action
     from rmsweb_kedro.agents.hf_policy import prompt_inputs
     from rmsweb_kedro.prompts import reference_reply
+    from rmsweb_kedro.schema import reference_set
 
     tokenizer = processor.tokenizer
     end_of_turn = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
     prepared = []
     for row in states:
-        try:
-            references = [parse_action(row["reference_action"])]
-        except (ActionParseError, TypeError) as err:
-            raise ValueError(
-                f"state {row.get('state_id')!r}: field reference_action does not parse: {err}"
-            ) from None
+        references = reference_set(row)
+        probe_samples, probe_right = probe_counts(row, references)
         reply = reference_reply(row, prompt_config)
         encoded = tokenizer(reply, add_special_tokens=False, return_offsets_mapping=True)
         mask = action_token_mask(encoded["offset_mapping"], reply)
@@ -365,6 +449,8 @@ def prepare_states(states: list[dict], processor, prompt_config) -> list[Prepare
                 prompt_ids=prompt_inputs([row], prompt_config, processor)["input_ids"][0].tolist(),
                 reply_ids=[*encoded["input_ids"], end_of_turn],
                 reply_action_mask=[*mask, 1],  # ending the turn after the action is part of acting
+                probe_samples=probe_samples,
+                probe_right=probe_right,
             )
         )
     return prepared
@@ -450,16 +536,19 @@ def sample_groups(
 
 
 class SalvageDSStep:
-    """The shared loop's ``rollout`` and ``loss_fn`` for Salvage-DS.
+    """The shared loop's ``rollout`` and ``loss_fn`` for Salvage-DS (and its ablation modes).
 
-    ``rollout``: sample G replies per state with the current policy, score and gate each group, and freeze what
-    the mu updates share: the rows to train (accepted samples, anchored references) with their screenshots'
-    image inputs, the advantages and, when mu > 1, log pi_old (with mu = 1, pi_old is pi_theta at the only update:
+    ``rollout``: sample G replies per state with the current policy, score and gate each group, and, with dynamic
+    sampling, sample further states from ``pool`` until the batch holds B usable groups or ``max_rounds`` rounds
+    are spent; then freeze what the mu updates share: the rows to train (accepted samples, anchored references),
+    the advantages and, when mu > 1, log pi_old (with mu = 1, pi_old is pi_theta at the only update:
     ``logp.detach()``, one forward less). ``__call__`` (the loss_fn): L (module docstring) on those rows with the
-    current pi_theta, normalised by the step's counts (``loss_tokens``/``step_tokens``, the loop's contract).
+    current pi_theta. The sampled actions spent so far are checkpointed with the loop (``state_dict``), so a
+    resumed run keeps to ``sampled_action_budget``.
 
-    The frozen reference pi_ref (beta > 0): ``reference_model`` when given, else the policy itself with its LoRA
-    adapter disabled (peft's ``disable_adapter()``: no second copy of the weights)."""
+    Training rows carry their screenshots' image inputs; the frozen reference pi_ref (beta > 0) is
+    ``reference_model`` when given, else the policy itself with its LoRA adapter disabled (peft's
+    ``disable_adapter()``: no second copy of the weights)."""
 
     def __init__(
         self,
@@ -468,6 +557,7 @@ class SalvageDSStep:
         prompt_config,
         reference_model=None,
         updates_per_batch: int = 1,
+        pool: list[PreparedState] | None = None,
     ):
         self.p = p
         self.processor = processor
@@ -476,40 +566,72 @@ class SalvageDSStep:
         self.image_token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
         self.reference_model = reference_model
         self.updates_per_batch = updates_per_batch
+        self.pool = pool or []
+        self.sampled_actions = 0  # spent so far in the run (sampled_action_budget)
+
+    def state_dict(self) -> dict:
+        return {"sampled_actions": self.sampled_actions}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampled_actions = int(state["sampled_actions"])
+
+    def _budget_left(self) -> bool:
+        budget = self.p.sampled_action_budget
+        return budget is None or self.sampled_actions < budget
+
+    def _more_states(self, count: int) -> list[PreparedState]:
+        """``count`` further states for another generation round, drawn from the pool with the global RNG (the
+        loop checkpoints it, so a resumed run draws the same)."""
+        order = torch.randperm(len(self.pool))[:count].tolist()
+        return [self.pool[i] for i in order]
 
     def rollout(self, model, batch: dict) -> dict:
         p, states = self.p, batch["states"]
+        wanted = len(states)  # B usable groups
         policy = getattr(model, "module", model)  # a DDP wrapper has no generate: use the bare module
-        groups = sample_groups(policy, self.processor, states, self.prompt_config, p, p.group_size)
-
-        accepted: list[
-            tuple[list[int], list[int], float, PreparedState]
-        ] = []  # (prompt, reply, advantage, state)
+        accepted: list[tuple[list[int], list[int], float, PreparedState]] = []  # (prompt, reply, A, state)
         anchored: list[PreparedState] = []
+        n_accepted_groups, sampled_groups, discarded, rounds = 0, 0, 0, 0
         rejections = dict.fromkeys(REJECT_REASONS, 0)
         rewards_all, right_all, parsed_all = [], [], []
-        for state, samples in zip(states, groups, strict=True):
-            rewards = [reward(s.action, state.references, p) for s in samples]
-            right = [is_right(s.action, state.references) for s in samples]
-            rewards_all += rewards
-            right_all += right
-            parsed_all += [s.action is not None for s in samples]
-            reason = gate(group_statistics(rewards, right), p)
-            if reason is None:
-                advantages = group_advantages(torch.tensor([rewards]), p)[0].tolist()
-                accepted += [
-                    (s.prompt_ids, s.completion_ids, a, state)
-                    for s, a in zip(samples, advantages, strict=True)
-                ]
-            else:
-                rejections[reason] += 1
-                if p.anchor_weight > 0:
+        while self._budget_left():
+            rounds += 1
+            groups = sample_groups(policy, self.processor, states, self.prompt_config, p, p.group_size)
+            self.sampled_actions += sum(len(g) for g in groups)
+            for state, samples in zip(states, groups, strict=True):
+                sampled_groups += 1
+                rewards = [reward(s.action, state.references, p) for s in samples]
+                right = [matches_any(s.action, state.references) for s in samples]
+                rewards_all += rewards
+                right_all += right
+                parsed_all += [s.action is not None for s in samples]
+                probe = (
+                    (state.probe_right, state.probe_samples) if p.competence == "group_and_probe" else (0, 0)
+                )
+                reason = gate(group_statistics(rewards, right, *probe), p)
+                if reason is not None:
+                    rejections[reason] += 1
+                usable = reason is None or p.anchor_weight > 0
+                if not usable or n_accepted_groups + len(anchored) >= wanted:  # dropped, or surplus
+                    discarded += 1
+                elif reason is None:
+                    n_accepted_groups += 1
+                    advantages = group_advantages(torch.tensor([rewards]), p)[0].tolist()
+                    accepted += [
+                        (s.prompt_ids, s.completion_ids, a, state)
+                        for s, a in zip(samples, advantages, strict=True)
+                    ]
+                else:
                     anchored.append(state)
+            full = n_accepted_groups + len(anchored) >= wanted
+            if full or not p.dynamic_sampling or rounds >= p.max_rounds or not self.pool:
+                break
+            states = self._more_states(wanted)
 
         # One forward for both terms; with nothing to train, one reference row keeps every process's
         # forward/backward in step (DDP) and contributes exactly zero.
         n_acc = len(accepted)
-        rows = anchored or ([] if accepted else states[:1])
+        rows = anchored or ([] if accepted else batch["states"][:1])
         prompts = [a[0] for a in accepted] + [s.prompt_ids for s in rows]
         replies = [a[1] for a in accepted] + [s.reply_ids for s in rows]
         width = max(len(r) for r in replies)
@@ -522,16 +644,26 @@ class SalvageDSStep:
             [a[3].row for a in accepted] + [s.row for s in rows], self.prompt_config, self.processor
         )
         vision = {k: v.to(device) for k, v in vision.items()}
-        n_groups = len(states)
+        groups_seen = max(1, sampled_groups)
+        n_samples = max(1, len(rewards_all))
         return {
             "prompts": prompts,
             "replies": replies,
             **vision,  # pixel_values, image_grid_thw of every row (top level: the loop moves and saves them)
             "n_accepted": n_acc,
+            # nothing to learn: no accepted sample with a non-zero advantage (or a KL term), nothing anchored
+            "learnable": bool(anchored) or (p.beta > 0 and n_acc > 0) or any(a[2] != 0 for a in accepted),
             "advantages": torch.tensor([a[2] for a in accepted], device=device),
             "anchor_mask": anchor_mask.to(device),
-            # N_o and N_a of this micro-batch; the loop sums them over the step (``step_tokens``)
-            "loss_tokens": {"completion": sum(len(a[1]) for a in accepted), "anchor": int(anchor_mask.sum())},
+            # the loop's loss contract (training/loop.py): this micro-batch's counts; the loop hands back the
+            # step's totals over micro-batches and processes as step_tokens (N_o, N_a, replies, |A|, |R|)
+            "loss_tokens": {
+                "completion": sum(len(a[1]) for a in accepted),
+                "anchor": int(anchor_mask.sum()),
+                "reply": n_acc,
+                "accepted_group": n_accepted_groups,
+                "anchored_group": len(anchored),
+            },
             "old_logp": (
                 self._logprobs(policy, prompts, replies, vision)[:n_acc]
                 if self.updates_per_batch > 1 and n_acc
@@ -543,14 +675,18 @@ class SalvageDSStep:
                 else None
             ),
             "rollout_metrics": {  # what the batch's groups were; logged with each of its mu updates
-                "groups": float(n_groups),
-                "acceptance_rate": (n_groups - sum(rejections.values())) / n_groups,
-                **{f"rejected_{reason}": count / n_groups for reason, count in rejections.items()},
-                "anchor_share": len(anchored) / n_groups,
-                "mean_reward": sum(rewards_all) / len(rewards_all),
-                "competence": sum(right_all) / len(right_all),
-                "valid_rate": sum(parsed_all) / len(parsed_all),
+                "groups": float(sampled_groups),
+                "rounds": float(rounds),
+                "discarded_groups": float(discarded),
+                "acceptance_rate": (sampled_groups - sum(rejections.values())) / groups_seen,
+                **{f"rejected_{reason}": count / groups_seen for reason, count in rejections.items()},
+                "trained_groups": float(n_accepted_groups + len(anchored)),
+                "anchor_share": len(anchored) / groups_seen,
+                "mean_reward": sum(rewards_all) / n_samples,
+                "competence": sum(right_all) / n_samples,
+                "valid_rate": sum(parsed_all) / n_samples,
                 "sampled_actions": float(len(rewards_all)),
+                "sampled_actions_total": float(self.sampled_actions),
             },
         }
 
@@ -565,17 +701,22 @@ class SalvageDSStep:
         acc_mask = mask[:n_acc]
         old_logp = batch["old_logp"] if batch["old_logp"] is not None else logp[:n_acc].detach()
         anchor_mask = batch["anchor_mask"]
+        step = batch.get("step_tokens") or batch["loss_tokens"]  # the step's counts (or this batch's alone)
+        anchored = logp[n_acc : n_acc + anchor_mask.shape[0]]  # not the placeholder row of an empty batch
         parts = salvage_ds_loss(
             p,
             logp=logp[:n_acc],
             old_logp=old_logp,
             advantages=batch["advantages"],
             completion_mask=acc_mask,
-            n_completion_tokens=batch["step_tokens"]["completion"],
+            n_completion_tokens=round(step["completion"]),
+            n_replies=round(step["reply"]),
             ref_logp=batch["ref_logp"],
-            anchor_logp=logp[n_acc:],
+            anchor_logp=anchored,
             anchor_mask=anchor_mask,
-            n_anchor_tokens=batch["step_tokens"]["anchor"],
+            n_anchor_tokens=round(step["anchor"]),
+            accepted_groups=round(step["accepted_group"]),
+            anchored_groups=round(step["anchored_group"]),
         )
         loss = parts.loss + 0.0 * logp.sum()
 
@@ -684,13 +825,15 @@ def train_salvage_ds(
     :func:`competence_eval_fn`) runs at each evaluation. Returns the ``LoopResult``."""
     import copy
 
-    from rmsweb_kedro.training.loop import train_loop
+    from rmsweb_kedro.training.loop import make_accelerator, train_loop
 
     prepared = prepare_states(train_states, processor, prompt_config)
     # with LoRA the reference is the policy with its adapter disabled; a full-weight policy needs a frozen copy
     full_weights = not hasattr(model, "disable_adapter")
     reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 and full_weights else None
-    step = SalvageDSStep(p, processor, prompt_config, reference, loop_config.updates_per_batch)
+    step = SalvageDSStep(p, processor, prompt_config, reference, loop_config.updates_per_batch, pool=prepared)
+    accelerator = accelerator or make_accelerator(loop_config)
+    accelerator.register_for_checkpointing(step)  # the sampled actions spent (sampled_action_budget)
     return train_loop(
         model,
         prepared,

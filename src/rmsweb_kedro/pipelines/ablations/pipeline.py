@@ -16,7 +16,7 @@ from rmsweb_kedro.pipelines.evaluate.pipeline import model_evaluation, report_no
 #: (a) Collection modes at the same attempt budget, each corpus through trajectories -> sft_data -> SFT.
 COLLECTION_MODES = ("single", "independent_retries", "reflection_retries")
 #: (c) Salvage-DS modes on the mined critical states; (b) ``rl_full_corpus`` is salvage_ds on every SFT state.
-SALVAGE_MODES = ("grpo", "dapo_filter", "salvage_ds", "salvage_ds_no_anchor")
+SALVAGE_MODES = ("grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor")  # training.salvage_ds.Mode
 FULL_CORPUS = "rl_full_corpus"
 REFERENCE = "sft_default"
 

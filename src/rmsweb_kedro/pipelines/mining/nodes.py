@@ -22,7 +22,7 @@ from rmsweb_kedro.mining import (
     unseen_states,
 )
 from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import STATE_SCHEMA
+from rmsweb_kedro.schema import STATE_SCHEMA, conform_states, reference_set
 
 logger = logging.getLogger(__name__)
 
@@ -88,10 +88,7 @@ def load_policy(sft_model: Any, params: MiningParams, prompt: dict[str, Any], gr
 def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
     """The offline corpus: STATE rows, de-duplicated when ``mining.dedup`` (``n_copies`` counts folded copies)."""
     config = MiningParams.model_validate(params)
-    missing = [c for c in STATE_SCHEMA.names() if c not in states.columns]
-    if missing:
-        raise ValueError(f"sft_states_train lacks the STATE_SCHEMA columns {missing}")
-    states = states.select(STATE_SCHEMA.names())
+    states = conform_states(states, "sft_states_train").select(STATE_SCHEMA.names())
     corpus = (
         deduplicate_states(states)
         if config.dedup

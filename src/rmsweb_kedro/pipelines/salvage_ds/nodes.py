@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import STATE_SCHEMA
+from rmsweb_kedro.schema import conform_states
 from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import SalvageDSParams
 
@@ -41,10 +41,9 @@ class SalvageDSNodeParams(BaseModel):
 def split_by_task(
     states: pl.DataFrame, held_out_fraction: float, seed: int
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``(train, held_out)``: whole tasks are held out, so no held-out state shares a task with a trained one."""
-    missing = [name for name in STATE_SCHEMA if name not in states.columns]
-    if missing:
-        raise ValueError(f"critical_states: missing STATE_SCHEMA columns {missing}")
+    """``(train, held_out)``: whole tasks are held out, so no held-out state shares a task with a trained one.
+    Tables from before a STATE_SCHEMA column existed get its default (``schema.conform_states``)."""
+    states = conform_states(states, "critical_states")
     tasks = sorted(states["task_id"].unique().to_list())
     random.Random(seed).shuffle(tasks)
     n_held = int(len(tasks) * held_out_fraction) if len(tasks) > 1 else 0
@@ -155,6 +154,8 @@ def _by_split(row: dict[str, Any]) -> dict[str, dict[str, float]]:
 #: The panels of the training plot: a title and the ``train/`` series drawn in it.
 PANELS = {
     "groups": [
+        "rounds",
+        "discarded_groups",
         "acceptance_rate",
         "anchor_share",
         "rejected_no_contrast",

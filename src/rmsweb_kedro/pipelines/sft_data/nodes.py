@@ -59,6 +59,7 @@ def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataF
         pl.col("action").implode().over("trajectory_id").alias("_actions"),
         pl.col("thought").alias("reference_thought"),
         pl.col("action").alias("reference_action"),
+        pl.col("equivalent_actions").fill_null([]),
     ).with_columns(pl.col("_actions").list.head(pl.col("_n") - 1).alias("previous_actions"))
     states = states.select(STATE_SCHEMA.names()).cast(dict(STATE_SCHEMA))
     logger.info(

@@ -4,7 +4,13 @@ See docs/sandbox.md. Heavy imports stay out: this package needs only the standar
 """
 
 from rmsweb_kedro.web.sandbox.checkers import JUDGE_NAME, check
-from rmsweb_kedro.web.sandbox.reference import ReferenceStep, TargetNotFound, find_element, resolve_step
+from rmsweb_kedro.web.sandbox.reference import (
+    ReferenceStep,
+    TargetNotFound,
+    find_element,
+    resolve_equivalents,
+    resolve_step,
+)
 from rmsweb_kedro.web.sandbox.server import DOMAIN, SandboxServer, site_url
 from rmsweb_kedro.web.sandbox.tasks import TEMPLATES, SandboxParams, generate_tasks
 from rmsweb_kedro.web.sandbox.world import World
@@ -21,6 +27,7 @@ __all__ = [
     "check",
     "find_element",
     "generate_tasks",
+    "resolve_equivalents",
     "resolve_step",
     "site_url",
 ]

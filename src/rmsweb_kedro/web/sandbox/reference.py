@@ -1,5 +1,13 @@
 """Reference-solution steps: how they are written (targets by role and name) and how one becomes an Action
-against a live observation (role + name -> element id). See docs/sandbox.md for the format."""
+against a live observation (role + name -> element id). See docs/sandbox.md for the format.
+
+A step may carry ``equivalents``: other actions that do exactly what the step does at the state the reference
+reaches (the reward and the step metrics accept them as well). The sandbox declares one kind, the one it can
+establish from HTML itself: pressing Enter while the focus is in a text field of a form submits that form through
+its submit button (HTML's implicit submission), so a click on the submit button of a form whose field the step
+before typed into (without submitting) has ``press("Enter")`` as an equivalent (``tasks.submit``).
+tests/web checks every declared equivalent in Chromium: played in the step's place it reaches the same page and the
+task's checker still passes."""
 
 from __future__ import annotations
 
@@ -24,9 +32,11 @@ def make_step(
     decision: str | None = None,
     alternatives: list[ReferenceStep] | None = None,
     recovery: list[ReferenceStep] | None = None,
+    equivalents: list[ReferenceStep] | None = None,
     **arguments: Any,
 ) -> ReferenceStep:
-    """One reference step; ``arguments`` are Action fields (text, submit, option, key, seconds, status...)."""
+    """One reference step; ``arguments`` are Action fields (text, submit, option, key, seconds, status...);
+    ``equivalents``: steps that do the same at this state (module docstring)."""
     action_type = ActionType(action)
     step: ReferenceStep = {"action": action_type.value}
     if action_type in TARGETED:
@@ -44,6 +54,8 @@ def make_step(
         step["alternatives"] = alternatives or []
     if recovery:
         step["recovery"] = recovery
+    if equivalents:
+        step["equivalents"] = equivalents
     return step
 
 
@@ -68,3 +80,14 @@ def resolve_step(step: ReferenceStep, observation: Observation) -> Action:
         target = step["target"]
         fields["element"] = find_element(observation, target["role"], target["name"]).id
     return Action(type=action_type, **fields)
+
+
+def resolve_equivalents(step: ReferenceStep, observation: Observation) -> list[Action]:
+    """The Actions the step's ``equivalents`` mean on this observation (those whose target is on the page)."""
+    resolved = []
+    for equivalent in step.get("equivalents") or []:
+        try:
+            resolved.append(resolve_step(equivalent, observation))
+        except TargetNotFound:
+            continue
+    return resolved

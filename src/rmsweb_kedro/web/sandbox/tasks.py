@@ -17,6 +17,7 @@ from rmsweb_kedro.web.sandbox.server import site_url
 from rmsweb_kedro.web.sandbox.world import (
     DATES,
     EXPERIENCE,
+    JOB_TYPES,
     SIZES,
     SORT_FLIGHTS,
     SORT_HOTELS,
@@ -103,6 +104,32 @@ def click(role: str, name: str, thought: str) -> ReferenceStep:
     return make_step("click", thought, role, name)
 
 
+def longer(step: ReferenceStep, kind: str, steps: list[ReferenceStep]) -> ReferenceStep:
+    """``step`` with a longer way to the same point that the scripted teacher may take instead (``kind``
+    ``longer_route``: ``steps`` replace the step; ``unnecessary_filter``: ``steps`` end with the step itself). Both
+    reach a page the reference also reaches by another path, so removing detours (revisited states) keeps them."""
+    return {**step, "longer": {"kind": kind, "steps": steps}}
+
+
+def search(label: str, text: str, thought: str, button: str = "Search", **decision: Any) -> ReferenceStep:
+    """Type into a search field and submit with Enter; the longer route types, then clicks the form's button."""
+    step = type_in(label, text, thought, True, **decision)
+    route = [type_in(label, text, f"Enter {text}."), click("button", button, "Search.")]
+    return longer(step, "longer_route", route)
+
+
+def dead_end_search(label: str, text: str, thought: str) -> ReferenceStep:
+    """:func:`search` at a decision point whose wrong alternative is the help page (a detour, always undone)."""
+    return search(label, text, thought, decision="dead_end", alternatives=[help_detour()])
+
+
+def submit(name: str, thought: str) -> ReferenceStep:
+    """A click on a form's submit button right after typing into one of that form's text fields: pressing Enter
+    there submits the same form (HTML implicit submission), an equivalent the reward accepts (reference.py)."""
+    enter = make_step("press", "Press Enter to send the form.", key="Enter")
+    return make_step("click", thought, "button", name, equivalents=[enter])
+
+
 def answer(text: str) -> ReferenceStep:
     return make_step("answer", f"The page says {text}.", text=text)
 
@@ -142,8 +169,7 @@ def shop_product(world: World, rng: random.Random, pools: Pools):
     distractors = [p.name for p in world.search_products(product.name)]
     steps = [
         accept_cookies(),
-        type_in("Search products", product.name, f"Search for the {product.name}.", True,
-                decision="dead_end", alternatives=[help_detour()]),
+        dead_end_search("Search products", product.name, f"Search for the {product.name}."),
         pick("link", product.name, distractors, f"Open the {product.name}."),
     ]  # fmt: skip
     return product, steps
@@ -189,7 +215,7 @@ def shop_order(world: World, rng: random.Random, pools: Pools) -> Draft:
         click("link", "Checkout", "Go to checkout."),
         type_in("Full name", name, "Enter the buyer's name."),
         type_in("Address", address, "Enter the shipping address."),
-        click("button", "Place order", "Place the order."),
+        submit("Place order", "Place the order."),
         done(),
     ]
     return Draft(
@@ -214,7 +240,7 @@ def flight_gate(world: World, rng: random.Random, pools: Pools) -> Draft:
         accept_cookies(),
         make_step("click", "Flight status is on its own page.", "link", "Flight status",
                   decision="dead_end", alternatives=[help_detour()]),
-        type_in("Flight number", number, f"Look up {number}.", True),
+        search("Flight number", number, f"Look up {number}.", button="Check status"),
         answer(gate),
     ]  # fmt: skip
     return Draft(f"From which gate does flight {number} depart?", {"flight": number}, steps, expect(gate))
@@ -232,9 +258,11 @@ def flight_search(world: World, rng: random.Random, pools: Pools):
         type_in("To", destination, f"Destination is {destination}.", decision="type_value",
                 alternatives=[type_in("To", rng.choice(others), "Enter the destination.")]),
         type_in("Date", date, f"Travel date {date}."),
-        click("button", "Search", "Search flights."),
+        submit("Search", "Search flights."),
         make_step("wait", "Results are still loading.", seconds=1),
-        choose("Sort by", SORT_FLIGHTS[1], SORT_FLIGHTS, "Sort by price."),
+        longer(choose("Sort by", SORT_FLIGHTS[1], SORT_FLIGHTS, "Sort by price."), "unnecessary_filter",
+               [choose("Sort by", SORT_FLIGHTS[2], SORT_FLIGHTS, "Sort by departure first."),
+                choose("Sort by", SORT_FLIGHTS[1], SORT_FLIGHTS, "Sort by price.")]),
     ]  # fmt: skip
     overall = min(found, key=lambda f: f.price)
     skip = [answer(money(overall.price))] if overall is not cheapest else []
@@ -260,7 +288,7 @@ def flight_book(world: World, rng: random.Random, pools: Pools) -> Draft:
     steps += [
         pick("link", f"Select {cheapest.number}", others, f"{cheapest.number} is the cheapest nonstop."),
         type_in("Passenger name", name, "Enter the passenger."),
-        click("button", "Confirm booking", "Confirm."),
+        submit("Confirm booking", "Confirm."),
         done(),
     ]
     return Draft(
@@ -286,14 +314,7 @@ def dine_restaurant(world: World, rng: random.Random, pools: Pools):
     restaurant = rng.choice(choices)
     steps = [
         accept_cookies(),
-        type_in(
-            "City",
-            city,
-            f"Search restaurants in {city}.",
-            True,
-            decision="dead_end",
-            alternatives=[help_detour()],
-        ),
+        dead_end_search("City", city, f"Search restaurants in {city}."),
         pick("link", restaurant.name, [r.name for r in world.restaurants[city]], f"Open {restaurant.name}."),
     ]
     return restaurant, steps
@@ -352,11 +373,7 @@ def homes_search(world: World, rng: random.Random, pools: Pools, with_filter: bo
             click("button", "Search", "Search."),
         ]
     else:
-        steps.append(
-            type_in(
-                "City", city, f"Homes in {city}.", True, decision="dead_end", alternatives=[help_detour()]
-            )
-        )
+        steps.append(dead_end_search("City", city, f"Homes in {city}."))
     return city, beds, found, steps
 
 
@@ -395,7 +412,7 @@ def homes_viewing(world: World, rng: random.Random, pools: Pools) -> Draft | Non
     steps += [
         type_in("Your name", name, "Enter the name."),
         type_in("Viewing date", date, "Enter the date."),
-        click("button", "Request viewing", "Send the request."),
+        submit("Request viewing", "Send the request."),
         done(),
     ]
     at_least = "any number of bedrooms" if beds == "Any" else f"at least {beds[0]} bedrooms"
@@ -438,9 +455,24 @@ def job_salary(world: World, rng: random.Random, pools: Pools) -> Draft | None:
     steps = [
         accept_cookies(),
         type_in("Keyword", job.title, f"Search {job.title} jobs."),
-        type_in("Location", job.city, f"In {job.city}.", True),
-        pick(
-            "link", job.label, [j.label for j in world.search_jobs(job.title, job.city)], f"Open {job.label}."
+        search("Location", job.city, f"In {job.city}."),
+        longer(
+            pick(
+                "link",
+                job.label,
+                [j.label for j in world.search_jobs(job.title, job.city)],
+                f"Open {job.label}.",
+            ),
+            "unnecessary_filter",
+            [
+                choose("Job type", job.kind, ["Any", *JOB_TYPES], f"Only {job.kind} jobs."),
+                pick(
+                    "link",
+                    job.label,
+                    [j.label for j in world.search_jobs(job.title, job.city, job.kind)],
+                    f"Open {job.label}.",
+                ),
+            ],
         ),
         answer(salary),
     ]
@@ -462,7 +494,7 @@ def job_apply(world: World, rng: random.Random, pools: Pools) -> Draft | None:
         accept_cookies(),
         type_in("Keyword", job.title, f"Search {job.title} jobs."),
         type_in("Location", job.city, f"In {job.city}."),
-        click("button", "Search", "Search."),
+        submit("Search", "Search."),
         choose("Job type", job.kind, ["Any", "Full-time", "Part-time", "Contract"], f"Only {job.kind} jobs."),
         pick(
             "link",
@@ -491,12 +523,11 @@ def open_recipe(
 ):
     recipes = first_word_in(world.recipes, "name", pools["recipe_words"])
     recipe = next(r for r in recipes if r.name == recipe_name) if recipe_name else rng.choice(recipes)
-    search = type_in("Search recipes", recipe.name, f"Search for {recipe.name}.", True)
+    look_up = search("Search recipes", recipe.name, f"Search for {recipe.name}.")
     if first:
-        search = type_in("Search recipes", recipe.name, f"Search for {recipe.name}.", True,
-                         decision="dead_end", alternatives=[help_detour()])  # fmt: skip
+        look_up = dead_end_search("Search recipes", recipe.name, f"Search for {recipe.name}.")
     steps = [
-        search,
+        look_up,
         pick(
             "link", recipe.name, [r.name for r in world.search_recipes(recipe.name)], f"Open {recipe.name}."
         ),
@@ -546,7 +577,7 @@ def hotel_rating(world: World, rng: random.Random, pools: Pools) -> Draft | None
     hotel = rng.choice(choices)
     steps = [
         accept_cookies(),
-        type_in("City", city, f"Hotels in {city}.", True, decision="dead_end", alternatives=[help_detour()]),
+        dead_end_search("City", city, f"Hotels in {city}."),
         pick("link", hotel.name, [h.name for h in world.hotels[city]], f"Open {hotel.name}."),
         answer(str(hotel.rating)),
     ]
@@ -575,7 +606,7 @@ def hotel_book(world: World, rng: random.Random, pools: Pools) -> Draft:
         click("link", "Book this hotel", "Book it."),
         type_in("Guest name", name, "Enter the guest."),
         type_in("Email", email, "Enter the e-mail."),
-        click("button", "Confirm booking", "Confirm."),
+        submit("Confirm booking", "Confirm."),
         done(),
     ]
     return Draft(
