@@ -9,7 +9,7 @@ import pytest
 
 from rmsweb_kedro.pipelines.salvage_ds.nodes import plot_salvage_ds_metrics, split_by_task, train_rmsweb_model
 from rmsweb_kedro.pipelines.salvage_ds.pipeline import create_pipeline
-from rmsweb_kedro.schema import STATE_SCHEMA
+from rmsweb_kedro.schema import STATE_SCHEMA, reference_set
 from tests.salvage_ds.conftest import make_states
 
 
@@ -20,6 +20,19 @@ def test_split_holds_out_whole_tasks():
     assert not set(train["task_id"]) & set(held["task_id"])
     with pytest.raises(ValueError, match=r"critical_states: missing STATE_SCHEMA columns \['axtree'\]"):
         split_by_task(states.drop("axtree"), 0.25, seed=0)
+
+
+def test_a_table_from_before_reference_sets_still_loads_and_a_bad_equivalent_is_named():
+    old = pl.DataFrame(make_states(4), schema=STATE_SCHEMA).drop("equivalent_actions")
+    train, held = split_by_task(old.with_columns(pl.lit(0.5).alias("competence")), 0.0, seed=0)
+    assert train.columns == [*STATE_SCHEMA.names(), "competence"] and held.height == 0
+    assert train["equivalent_actions"].to_list() == [[]] * 4
+    row = {**train.row(0, named=True), "equivalent_actions": ['press("Enter")']}
+    assert [str(a) for a in reference_set(row)] == [row["reference_action"], 'press("Enter")']
+    with pytest.raises(
+        ValueError, match=r"state 'shop-0:0': field equivalent_actions 'clack\(2\)' does not parse"
+    ):
+        reference_set({**row, "equivalent_actions": ["clack(2)"]})
 
 
 def test_pipeline_wiring():
