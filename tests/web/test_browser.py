@@ -255,6 +255,8 @@ def test_declared_equivalents_do_what_the_reference_step_does(
                 assert observation.error is None, (task.id, index, observation.error)
                 if index == at:
                     urls[use_equivalent] = observation.url
-            verdict = check(task, sandbox_server.session_state(browser_env.session_id), browser_env.final_answer)
+            verdict = check(
+                task, sandbox_server.session_state(browser_env.session_id), browser_env.final_answer
+            )
             assert verdict.success, (task.id, use_equivalent, verdict.reason)
         assert urls[True] == urls[False], task.id

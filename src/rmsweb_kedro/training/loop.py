@@ -462,7 +462,9 @@ def train_loop(
             if config.max_grad_norm
             else None
         )
-        learnable = torch.tensor(float(any(b.get("learnable", True) for b in pending)), device=accelerator.device)
+        learnable = torch.tensor(
+            float(any(b.get("learnable", True) for b in pending)), device=accelerator.device
+        )
         learnable = bool(accelerator.reduce(learnable, "sum") > 0)  # one decision on every process
         if learnable:
             optimizer.step()
