@@ -120,7 +120,9 @@ def test_a_round_stops_once_the_batch_holds_b_usable_groups(sft_tiny):
     torch.manual_seed(0)
     out = step.rollout(model, {"states": hopeless})
     assert out["rollout_metrics"]["rounds"] == 1 and out["rollout_metrics"]["discarded_groups"] == 0
-    assert out["loss_tokens"]["accepted_group"] == 4 and not out["learnable"]  # all-wrong groups: zero advantages
+    assert (
+        out["loss_tokens"]["accepted_group"] == 4 and not out["learnable"]
+    )  # all-wrong groups: zero advantages
     step = SalvageDSStep(SalvageDSParams(mode="salvage_ds_no_anchor", max_new_tokens=10, competence="group",
                                          c_low=0.0, c_high=1.0, max_rounds=50), processor, prompt, pool=pool)  # fmt: skip
     torch.manual_seed(0)
