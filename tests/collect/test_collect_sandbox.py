@@ -212,9 +212,9 @@ def test_the_teachers_equivalents_become_the_states_reference_set(
     """The sandbox's declared equivalent (Enter in the form's last text field = its submit button) is recorded on
     the step, carried into the state table, and the step metrics accept it as right."""
     from rmsweb_kedro.actions import parse_action
-    from rmsweb_kedro.pipelines.evaluate.step_metrics import score_step
     from rmsweb_kedro.pipelines.sft_data.nodes import build_states
     from rmsweb_kedro.schema import STATE_SCHEMA, reference_set, step_row, trajectory_row
+    from rmsweb_kedro.scoring import score_step, step_score
 
     task = next(t for t in sandbox_task_list if t.metadata["template"] == "job_apply" and t.split == "train")
     judge = SandboxJudge(sandbox_server.session_state)
@@ -233,8 +233,8 @@ def test_the_teachers_equivalents_become_the_states_reference_set(
     row = states.row(with_equivalents[0].index, named=True)
     assert row["equivalent_actions"] == ['press("Enter")']
     assert reference_set(row) == [with_equivalents[0].action, parse_action('press("Enter")')]
-    assert score_step(reference_set(row), 'Action: press("Return")').success
-    assert not score_step(row["reference_action"], 'Action: press("Enter")').success
+    assert step_score(reference_set(row), parse_action('press("Return")')).step_success
+    assert not score_step(row["reference_action"], 'Action: press("Enter")').step_success
 
 
 def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(

@@ -22,7 +22,7 @@ from rmsweb_kedro.mining import (
     unseen_states,
 )
 from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import STATE_SCHEMA, conform_states, reference_set
+from rmsweb_kedro.schema import STATE_SCHEMA, conform_states
 
 logger = logging.getLogger(__name__)
 
