@@ -59,7 +59,9 @@ accepted group, whatever the accepted/rejected mix (without them one anchored gr
 for :math:`\mu` optimizer steps on them with :math:`\pi_{old}`, the rewards, the gate's decisions and
 :math:`\hat A` frozen (``SalvageDSStep.rollout``). At the first of the :math:`\mu` updates
 :math:`\pi_\theta = \pi_{old}`, so :math:`\rho = 1` and nothing is clipped; from the second on :math:`\rho`
-moves and the clip bounds it. The default is :math:`\mu = 2` (measured: docs/salvage_ds.md).
+moves and the clip bounds it. The default stays :math:`\mu = 1` (one step a sampled batch, TRL's
+``num_iterations=1``); ``benchmarks/salvage_ds_mu.py`` compares :math:`\mu` = 1, 2, 4 at equal sampling cost
+(docs/salvage_ds.md).
 
 The modes (``mode``), each what its name says:
 
