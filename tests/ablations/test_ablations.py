@@ -49,7 +49,10 @@ def test_variant_parameters_are_config_the_stage_then_the_budget_then_the_change
     ablations = params["ablations"]
     for mode in SALVAGE_MODES:
         variant = ablations[f"rl_{mode}"]["salvage_ds"]
-        assert variant["algorithm"] == {**params["salvage_ds"]["algorithm"], "mode": mode}
+        budget = ablations["budget"]["salvage_ds"][
+            "algorithm"
+        ]  # the same sampled-action budget for every mode
+        assert variant["algorithm"] == {**params["salvage_ds"]["algorithm"], **budget, "mode": mode}
         assert variant["loop"]["max_steps"] == ablations["budget"]["salvage_ds"]["loop"]["max_steps"] == 24
         assert variant["loop"]["output_dir"] == f"data/06_models/ablations/rl_{mode}/salvage_ds_run"
         assert variant["loop"]["lr"] == 0.5 and params["salvage_ds"]["loop"]["max_steps"] != 24
