@@ -124,8 +124,9 @@ def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default
     assert set(train.values()) == {original}
     # Inputs from outside: only the default run's datasets and parameters.
     outside = {i for i in ablations.inputs() if not i.startswith("params:")}
-    # run_manifest: written by the tracking hook (hooks.py) for every run, read by the report.
-    assert outside <= set(pipelines["__default__"].all_outputs()) | {"collection_tasks", "run_manifest"}
+    # run_manifest and endpoint_credentials: filled by the tracking hook (hooks.py) for every run.
+    hooked = {"run_manifest", "endpoint_credentials"}
+    assert outside <= set(pipelines["__default__"].all_outputs()) | {"collection_tasks"} | hooked
 
 
 def _add_parameters(catalog: DataCatalog, params: dict, prefix: str = "") -> None:
