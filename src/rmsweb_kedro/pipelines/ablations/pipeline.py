@@ -121,7 +121,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         model_evaluation(models),
         namespace="ablations",
         inputs={"sft_states_val", "sandbox_tasks", *models.values()},
-        parameters={"evaluate": "ablations.evaluate"},
+        parameters={"evaluate": "ablations.evaluate", "rollouts": "rollouts"},  # one rollouts block for every run
     )
     the_report = pipeline(
         report_nodes({"ablations": "ablations.report_section"}),
