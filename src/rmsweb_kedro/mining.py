@@ -358,10 +358,17 @@ def first_divergence(
 
 
 def state_row(
-    task: Task, trajectory: Trajectory, index: int, reference: Action, thought: str | None = None
+    task: Task,
+    trajectory: Trajectory,
+    index: int,
+    reference: Action,
+    thought: str | None = None,
+    screenshot_prefix: str = "",
 ) -> dict[str, Any]:
     """The STATE row of step ``index`` of ``trajectory`` (its observation and the actions before it, as the
-    policy's prompt shows them: ``prompts.state_from_live``) with ``reference`` as the action to take."""
+    policy's prompt shows them: ``prompts.state_from_live``) with ``reference`` as the action to take. The step's
+    screenshot (relative to the trajectory's screenshot folder) gets ``screenshot_prefix`` in front, the way from
+    the prompt's ``image_root`` to that folder, so the row carries its image like a corpus state."""
     from rmsweb_kedro.prompts import state_from_live
 
     step = trajectory.steps[index]
@@ -371,7 +378,7 @@ def state_row(
         state_id=f"{trajectory.id}:{index}",
         trajectory_id=trajectory.id,
         step_index=index,
-        screenshot=None,  # a rollout's screenshots live in a temporary folder
+        screenshot=f"{screenshot_prefix}{step.screenshot}" if step.screenshot else None,
         reference_thought=thought,
         reference_action=format_action(reference),
     )
@@ -379,11 +386,15 @@ def state_row(
 
 
 def divergence_states(
-    rollouts: Sequence[Trajectory], tasks: dict[str, Task], references: pl.DataFrame
+    rollouts: Sequence[Trajectory],
+    tasks: dict[str, Task],
+    references: pl.DataFrame,
+    screenshot_prefix: str = "",
 ) -> tuple[pl.DataFrame, dict[str, int]]:
     """STATE rows for the first divergence of each failed rollout from the successful references of its task
-    (``references``: STATE rows), built from the rollout's observation and history, with the reference action;
-    and counts of what happened to the rollouts. Rollouts the environment failed are counted, never blamed."""
+    (``references``: STATE rows), built from the rollout's observation and history, with the reference action
+    (screenshots as :func:`state_row`); and counts of what happened to the rollouts. Rollouts the environment
+    failed are counted, never blamed."""
     by_task = {task_id: reference_index(group) for (task_id,), group in references.group_by("task_id")}
     counts = Counter({"rollouts": len(rollouts)})
     rows = []
@@ -403,6 +414,6 @@ def divergence_states(
             counts["no_aligned_divergence"] += 1
             continue
         index, reference = found
-        rows.append(state_row(tasks[rollout.task_id], rollout, index, reference))
+        rows.append(state_row(tasks[rollout.task_id], rollout, index, reference, None, screenshot_prefix))
         counts["diverged"] += 1
     return pl.DataFrame(rows, schema=STATE_SCHEMA), dict(counts)

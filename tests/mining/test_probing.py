@@ -13,14 +13,18 @@ from tests.mining.conftest import WEAK_SITE
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoint):
+def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoint, tmp_path, monkeypatch):
     """An untrained policy rolled out in the sandbox fails; its first divergence from the reference becomes a
-    probed STATE row carrying the reference action."""
+    probed STATE row carrying the reference action and the screenshot of its page, kept under the mining folder."""
     from rmsweb_kedro.modeling import load_model
     from rmsweb_kedro.pipelines.mining.nodes import probe_online
 
+    monkeypatch.chdir(tmp_path)  # no image_root: the row's screenshot is relative to the working directory
     task = next(t for t in mining_tasks if t.site == WEAK_SITE)
-    params = {"k": 2, "max_new_tokens": 8, "online": {"rollouts": 1, "max_steps": 3}}
+    params = {
+        "k": 2, "max_new_tokens": 8,
+        "online": {"rollouts": 1, "max_steps": 3, "screenshot_root": "mining/online_screenshots"},
+    }  # fmt: skip
     probes, rollouts = probe_online(
         tasks_to_frame([task]),
         reference_states,
@@ -48,6 +52,8 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
     )
     assert row["source"] == "online" and row["n_samples"] == 2 and row["competence"] == 0.0
     assert row["failure_mode"] == FailureMode.INVALID_FORMAT.value
+    assert row["screenshot"] == f"mining/online_screenshots/mining-online__{task.id}/step_000.png"
+    assert (tmp_path / row["screenshot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
@@ -73,3 +79,45 @@ def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
     weak_share_mined = mined.filter(weak).height / mined.height
     assert weak_share_mined > weak_share_corpus, (weak_share_mined, weak_share_corpus)
     assert mined.filter(weak).height >= 0.75 * probes.filter(weak).height
+
+
+def test_online_state_shows_its_screenshot_to_the_model(
+    mining_tasks, reference_states, released_checkpoint, tmp_path
+):
+    """Screenshots on, released-layout checkpoint: the online state's page image is kept under mining's folder,
+    found from the prompt's ``image_root`` like a corpus state's, and reaches the model (the greedy reply's first
+    log-prob moves when only the picture is swapped)."""
+    from PIL import Image
+
+    from rmsweb_kedro.agents.hf_policy import sample_replies
+    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.pipelines.mining.nodes import probe_online
+    from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths
+    from tests.fixtures_model import draw_screenshot
+
+    (tmp_path / "raw").mkdir()
+    prompt = {"observation": ["screenshot", "axtree"], "image_root": str(tmp_path / "raw")}
+    shots = tmp_path / "mining" / "online_screenshots"
+    params = {
+        "k": 1,
+        "max_new_tokens": 4,
+        "online": {"rollouts": 1, "max_steps": 2, "screenshot_root": str(shots)},
+    }
+    task = next(t for t in mining_tasks if t.site == WEAK_SITE)
+    model, processor = load_model({"path": str(released_checkpoint)})
+    probes, counts = probe_online(
+        tasks_to_frame([task]), reference_states, (model, processor), params, prompt, {"seed": 0}
+    )
+    assert counts["diverged"] == 1 and probes.height == 1
+    row = probes.row(0, named=True)
+    assert row["screenshot"] == f"../mining/online_screenshots/mining-online__{task.id}/step_000.png"
+    config = PromptConfig.model_validate(prompt)
+    (image,) = image_paths(build_messages(row, config)[0])
+    # the browser's viewport, as the policy saw it in the rollout
+    assert Image.open(image).size == (1280, 800)
+    other = str(draw_screenshot(tmp_path / "other.png", "another page"))
+    firsts = [
+        sample_replies(model, processor, [state], config, greedy=True, max_new_tokens=1)[0][0].logprobs[0]
+        for state in (row, dict(row, screenshot=other))
+    ]
+    assert abs(firsts[0] - firsts[1]) > 1e-4

@@ -5,7 +5,9 @@ in the sandbox), keep the critical states, summarise failure modes. The pure rul
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
@@ -37,6 +39,9 @@ class OnlineParams(BaseModel):
     envs: int = Field(default=1, ge=1, description="browsers rolling out at once (params:rollouts backend)")
     split: str = "train"
     headless: bool = True
+    #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
+    #: like corpus states: their ``screenshot`` is the path from the prompt's ``image_root`` to the file
+    screenshot_root: str = "data/07_model_output/mining/online_screenshots"
 
 
 class MiningParams(BaseModel):
@@ -276,9 +281,11 @@ def probe_online(
     """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
     reference, in the real sandbox (served with ``sandbox.seed``, the world the tasks were made for) on the
     ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
-    action, probed like an offline state. Returns the probed states and the rollouts' counts."""
+    action, probed like an offline state (its screenshot kept under ``online.screenshot_root``). Returns the
+    probed states and the rollouts' counts."""
     from rmsweb_kedro.agents.scripted import SandboxJudge
     from rmsweb_kedro.mining import divergence_states
+    from rmsweb_kedro.prompts import PromptConfig
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts, trajectory_row
     from rmsweb_kedro.schema import tasks_from_frame
     from rmsweb_kedro.web.sandbox import SandboxParams
@@ -300,12 +307,16 @@ def probe_online(
 
     tasks = random.Random(config.seed).sample(candidates, min(config.online.rollouts, len(candidates)))
     policy = load_policy(sft_model, config, prompt, greedy=True)
+    shots = Path(config.online.screenshot_root).resolve()
+    image_root = Path(PromptConfig.model_validate(prompt).image_root or ".").resolve()
     episodes = [
         EpisodeSpec(
             key=task.id,
             task=task,
             max_steps=config.online.max_steps,
             trajectory_id=f"mining-online__{task.id}",
+            screenshot_dir=str(shots / f"mining-online__{task.id}"),
+            relative_to=str(shots),
         )
         for task in tasks
     ]
@@ -321,7 +332,8 @@ def probe_online(
             progress="policy rollouts",
         )
     ]
-    states, counts = divergence_states(trajectories, {t.id: t for t in tasks}, references)
+    prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
+    states, counts = divergence_states(trajectories, {t.id: t for t in tasks}, references, prefix)
     probed = _with_mining_columns(probe_states(policy, states, config), "online") if states.height else empty
     columns = ("trajectory_id", "task_id", "success", "termination", "n_steps")
     per_rollout = [{k: v for k, v in trajectory_row(r).items() if k in columns} for r in trajectories]
