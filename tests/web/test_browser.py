@@ -176,8 +176,35 @@ def test_set_of_marks_changes_the_screenshot(
     assert "__rms_mark" not in browser_env._page.content()
 
 
+def renderer_pids(env: BrowserEnv) -> list[int]:
+    """The renderer processes under this env's Chromium (they do not carry the env's tag)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    family, grown = set(env.browser_pids()), True
+    while grown:
+        children = {pid for pid, parent in parents.items() if parent in family} - family
+        family |= children
+        grown = bool(children)
+    renderers = []
+    for pid in family:
+        try:
+            if b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                renderers.append(pid)
+        except OSError:
+            continue
+    return renderers
+
+
+# A killed renderer surfaces as a plain Playwright Error ("Target crashed"): the page's crash event tells it apart
+# from the agent's faults; a killed browser surfaces as TargetClosedError.
+@pytest.mark.parametrize("victims", ["browser", "renderer"])
 def test_killed_browser_is_restarted_and_the_episode_goes_on(
-    browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task]
+    browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task], victims: str
 ) -> None:
     task = task_of(sandbox_task_list, "shop_cart")
     steps = task.reference_solution
@@ -185,7 +212,7 @@ def test_killed_browser_is_restarted_and_the_episode_goes_on(
     for step in steps[:4]:
         observation = browser_env.step(resolve_step(step, observation))
     url_before, restarts = observation.url, browser_env.restarts
-    pids = browser_env.browser_pids()
+    pids = browser_env.browser_pids() if victims == "browser" else renderer_pids(browser_env)
     assert pids
     for pid in pids:
         try:

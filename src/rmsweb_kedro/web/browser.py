@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.schema import Element, Observation, Task
+from rmsweb_kedro.web.page_scripts import load_script
 
 logger = logging.getLogger(__name__)
 
@@ -36,171 +37,11 @@ DEFAULT_ARGS = [
 ]
 _SCROLL_PX = 600
 _MAX_WAIT_S = 10.0
-_CRASH_WORDS = ("has been closed", "crash", "target closed", "connection closed", "browser closed")
-
-# Walks the visible DOM once: numbers interactive elements 1, 2, 3... in DOM order (tagging them with
-# data-rms-id so actions find them) and keeps headings and short own-text of other elements.
-_SNAPSHOT_JS = """(maxChars) => {
-  const clean = s => (s || '').replace(/\\s+/g, ' ').trim().slice(0, maxChars);
-  const roleOf = el => {
-    const t = el.tagName;
-    if (t === 'A' && el.hasAttribute('href')) return 'link';
-    if (t === 'BUTTON') return 'button';
-    if (t === 'SELECT') return 'combobox';
-    if (t === 'TEXTAREA') return 'textbox';
-    if (t === 'INPUT') {
-      const ty = (el.type || 'text').toLowerCase();
-      if (ty === 'hidden') return null;
-      if (ty === 'checkbox' || ty === 'radio') return ty;
-      if (['submit', 'button', 'reset'].includes(ty)) return 'button';
-      return 'textbox';
-    }
-    return null;
-  };
-  const visible = el => {
-    if (!el.getClientRects().length) return false;
-    const s = getComputedStyle(el);
-    return s.visibility !== 'hidden' && s.display !== 'none';
-  };
-  const nameOf = el => clean(el.getAttribute('aria-label'))
-    || (el.labels && el.labels.length ? clean(Array.from(el.labels[0].childNodes)
-        .filter(n => n.nodeType === 3).map(n => n.textContent).join(' ')) : '')
-    || clean(el.getAttribute('placeholder')) || clean(el.innerText) || clean(el.value) || clean(el.getAttribute('title'));
-  document.querySelectorAll('[data-rms-id]').forEach(e => e.removeAttribute('data-rms-id'));
-  const items = [];
-  let n = 0;
-  const walk = node => {
-    for (const el of node.children) {
-      if (['SCRIPT', 'STYLE', 'OPTION', 'HEAD', 'TITLE'].includes(el.tagName) || !visible(el)) continue;
-      const role = roleOf(el);
-      if (role) {
-        n += 1;
-        el.setAttribute('data-rms-id', String(n));
-        let value = null;
-        if (role === 'combobox') value = el.selectedOptions.length ? clean(el.selectedOptions[0].text) : '';
-        else if (role === 'textbox') value = el.value;
-        else if (role === 'checkbox' || role === 'radio') value = el.checked ? 'true' : 'false';
-        const r = el.getBoundingClientRect();
-        items.push({kind: 'element', id: n, role, name: nameOf(el), value, tag: el.tagName.toLowerCase(),
-                    bbox: [r.x + scrollX, r.y + scrollY, r.width, r.height]});
-        continue;
-      }
-      if (/^H[1-3]$/.test(el.tagName)) { items.push({kind: 'heading', text: clean(el.innerText)}); continue; }
-      if (el.tagName !== 'LABEL') {
-        const own = clean(Array.from(el.childNodes).filter(c => c.nodeType === 3).map(c => c.textContent).join(' '));
-        if (own) items.push({kind: 'text', text: own});
-      }
-      walk(el);
-    }
-  };
-  walk(document.body || document.documentElement);
-  return {items, title: document.title};
-}"""
-
-# Marks a document that is about to be replaced (form submission, same-tab link, script submit), so the env
-# waits for the next document instead of snapshotting the old one; a cancelled submit or click clears the mark.
-_NAVIGATION_MARK_JS = """(() => {
-  const mark = () => { window.__rmsNavigating = true; };
-  const submit = HTMLFormElement.prototype.submit;
-  HTMLFormElement.prototype.submit = function () { mark(); return submit.call(this); };
-  document.addEventListener('submit', mark, true);
-  document.addEventListener('click', e => {
-    const a = e.target.closest && e.target.closest('a[href]');
-    if (a && (!a.target || a.target === '_self') && a.protocol.startsWith('http')
-        && !(a.hash && a.pathname === location.pathname)) mark();
-  }, true);
-  const unmarkIfCancelled = e => { if (e.defaultPrevented) window.__rmsNavigating = false; };
-  window.addEventListener('submit', unmarkIfCancelled);
-  window.addEventListener('click', unmarkIfCancelled);
-})();"""
-
-_MARKS_JS = """() => {
-  document.querySelectorAll('[data-rms-id]').forEach(el => {
-    const r = el.getBoundingClientRect();
-    const m = document.createElement('div');
-    m.className = '__rms_mark';
-    m.textContent = el.getAttribute('data-rms-id');
-    m.style.cssText = `position:fixed;left:${r.x}px;top:${Math.max(0, r.y - 14)}px;background:#e0245e;color:#fff;`
-      + 'font:bold 11px monospace;padding:0 3px;z-index:2147483647;pointer-events:none';
-    const box = document.createElement('div');
-    box.className = '__rms_mark';
-    box.style.cssText = `position:fixed;left:${r.x}px;top:${r.y}px;width:${r.width}px;height:${r.height}px;`
-      + 'outline:2px solid #e0245e;z-index:2147483646;pointer-events:none';
-    document.body.append(box, m);
-  });
-}"""
-_UNMARK_JS = "() => document.querySelectorAll('.__rms_mark').forEach(m => m.remove())"
-_POINT_JS = """([x, y]) => {
-  const el = document.elementFromPoint(x - scrollX, y - scrollY);
-  const target = el && el.closest('[data-rms-id]');
-  return target ? Number(target.getAttribute('data-rms-id')) : null;
-}"""
 
 
-# Element actions run as a pointer and keyboard would, without Playwright's locator machinery (its injected
-# script costs ~50-85 ms an action on 2 cores, half a step): one call brings element ``id`` into view and tells
-# where a pointer reaches it, or what covers it (a fixed banner, a dialog).
-_TARGET_JS = """(id) => {
-  const el = document.querySelector(`[data-rms-id="${id}"]`);
-  if (!el) return null;
-  const probe = () => {
-    const r = el.getBoundingClientRect();
-    const x = r.x + r.width / 2, y = r.y + r.height / 2;
-    const hit = document.elementFromPoint(x, y);
-    const reached = !!hit && (hit === el || el.contains(hit)
-      || Array.from(el.labels || []).some(label => label.contains(hit)));
-    const inView = r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth;
-    return {x, y, hit, reached, inView, size: r.width * r.height};
-  };
-  let at = probe();
-  if (!at.reached || !at.inView) { el.scrollIntoView({block: 'center', inline: 'center'}); at = probe(); }
-  const describe = node => {
-    const owner = node.closest('[data-rms-id]') || node;
-    const text = (owner.getAttribute('aria-label') || owner.innerText || '').replace(/\\s+/g, ' ').trim();
-    return `<${owner.tagName.toLowerCase()}${owner.id ? ' id=' + owner.id : ''}> "${text.slice(0, 60)}"`;
-  };
-  return {
-    x: at.x, y: at.y,
-    visible: at.size > 0,
-    coveredBy: at.reached || !at.hit ? null : describe(at.hit),
-    disabled: !!el.disabled,
-    opensTab: (el.closest('a[target], form[target]') || {}).target === '_blank',
-  };
-}"""
-# What Playwright's fill does: value-typed inputs (date, time...) get their value set with input/change events;
-# text fields are focused with their content selected, so that typed text replaces it.
-_FILL_JS = """([id, text]) => {
-  const el = document.querySelector(`[data-rms-id="${id}"]`);
-  if (!el) return 'missing';
-  const kind = el.tagName === 'INPUT' ? (el.type || 'text').toLowerCase() : null;
-  if (el.tagName !== 'TEXTAREA' && kind === null && !el.isContentEditable)
-    return 'is not an <input>, <textarea> or [contenteditable] element';
-  if (['checkbox', 'radio', 'button', 'submit', 'reset', 'file', 'image', 'hidden'].includes(kind))
-    return `is an <input type=${kind}>, which cannot be typed into`;
-  if (el.disabled || el.readOnly) return 'is not editable';
-  el.focus();
-  if (['date', 'time', 'datetime-local', 'month', 'week', 'color', 'range'].includes(kind)) {
-    el.value = text;
-    if (el.value !== text) return `does not accept "${text}" (an <input type=${kind}>)`;
-    el.dispatchEvent(new Event('input', {bubbles: true}));
-    el.dispatchEvent(new Event('change', {bubbles: true}));
-    return 'filled';
-  }
-  if (el.isContentEditable) getSelection().selectAllChildren(el); else el.select();
-  return 'focused';
-}"""
-_SELECT_JS = """([id, label]) => {
-  const el = document.querySelector(`[data-rms-id="${id}"]`);
-  if (!el) return {missing: true};
-  if (el.tagName !== 'SELECT') return {notSelect: true};
-  const options = Array.from(el.options).map(o => o.text.trim());
-  const index = options.indexOf(label);
-  if (index < 0 || el.disabled) return {options, disabled: el.disabled};
-  el.selectedIndex = index;
-  el.dispatchEvent(new Event('input', {bubbles: true}));
-  el.dispatchEvent(new Event('change', {bubbles: true}));
-  return {options, selected: true};
-}"""
+def _script(name: str) -> str:
+    """A page script of web/browser_js/ (read once)."""
+    return load_script("rmsweb_kedro.web", f"browser_js/{name}.js")
 
 
 class BrowserConfig(BaseModel):
@@ -282,6 +123,7 @@ class BrowserEnv:
         self._known_pages: set[int] = set()
         self._last_url = "about:blank"
         self._navigations = 0
+        self._crashed_pages: set[int] = set()  # id() of pages whose renderer crashed
         self._screenshot_dir: Path | None = None
         self.task: Task | None = None
         self.step_index = 0
@@ -333,16 +175,19 @@ class BrowserEnv:
         self._context.set_default_timeout(self.config.action_timeout_ms)
         self._context.set_default_navigation_timeout(self.config.navigation_timeout_ms)
         self._context.route("**/*", self._route)
-        self._context.add_init_script(_NAVIGATION_MARK_JS)
+        self._context.add_init_script(_script("navigation_mark"))
         if self._cookies:
             self._context.add_cookies(self._cookies)
+        self._crashed_pages = set()
         self._page = self._context.new_page()
         self._watch(self._page)
         self._known_pages = {id(self._page)}
 
     def _watch(self, page: Any) -> None:
-        """Count main-frame navigations of a page (the settle step waits for one when a document is leaving)."""
+        """Count main-frame navigations of a page (the settle step waits for one when a document is leaving) and
+        note a crash of its renderer."""
         page.on("framenavigated", lambda frame: self._count_navigation(frame))
+        page.on("crash", lambda crashed: self._crashed_pages.add(id(crashed)))
 
     def _count_navigation(self, frame: Any) -> None:
         if frame.parent_frame is None:
@@ -424,10 +269,12 @@ class BrowserEnv:
             except Exception as err:  # the agent's fault (gone element, bad key...) unless the browser died
                 if self._crashed(err):
                     raise
+                from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
                 error = _first_line(err)
                 # a page that does not load in time is the environment's failure, not the agent's
-                env_error = (
-                    action.type in (ActionType.GOTO, ActionType.GO_BACK) and "timeout" in error.lower()
+                env_error = action.type in (ActionType.GOTO, ActionType.GO_BACK) and isinstance(
+                    err, PlaywrightTimeoutError
                 )
             self._settle(navigations)
         except Exception as err:
@@ -459,14 +306,20 @@ class BrowserEnv:
 
     # ------------------------------------------------------------------ internals
     def _crashed(self, err: BaseException) -> bool:
-        message = str(err).lower()
+        """Whether ``err`` means the browser or the page's renderer died (not the agent's or the page's fault):
+        Playwright's ``TargetClosedError``, a disconnected browser, a closed page, or a page whose renderer crashed
+        (Playwright raises a plain ``Error`` then; the page's ``crash`` event tells)."""
+        # playwright.sync_api 1.65 exports Error and TimeoutError; TargetClosedError lives with them here, unexported.
+        from playwright._impl._errors import TargetClosedError
+
         alive = (
             self._browser is not None
             and self._browser.is_connected()
             and self._page is not None
             and not self._page.is_closed()
+            and id(self._page) not in self._crashed_pages
         )
-        return not alive or any(word in message for word in _CRASH_WORDS)
+        return isinstance(err, TargetClosedError) or not alive
 
     def _restart_browser(self) -> None:
         self.restarts += 1
@@ -516,14 +369,14 @@ class BrowserEnv:
                 scroll_x, scroll_y = page.evaluate("[scrollX, scrollY]")
                 page.mouse.click(action.x - scroll_x, action.y - scroll_y)
                 return None
-            element = page.evaluate(_POINT_JS, [action.x, action.y])
+            element = page.evaluate(_script("point"), [action.x, action.y])
             if element is None:
                 return f"no element at x={action.x:g}, y={action.y:g}"
         if kind == ActionType.TYPE:
             return self._type(element, action.text or "", action.submit)
         if kind == ActionType.SELECT_OPTION:
             return self._select(element, action.option or "")
-        target = page.evaluate(_TARGET_JS, element)
+        target = page.evaluate(_script("target"), element)
         if target is None:
             return f"element {element} is not on the page"
         if not target["visible"]:
@@ -543,7 +396,7 @@ class BrowserEnv:
         return None
 
     def _type(self, element: int, text: str, submit: bool) -> str | None:
-        outcome = self._page.evaluate(_FILL_JS, [element, text])
+        outcome = self._page.evaluate(_script("fill"), [element, text])
         if outcome == "missing":
             return f"element {element} is not on the page"
         if outcome not in ("filled", "focused"):
@@ -558,7 +411,7 @@ class BrowserEnv:
         return None
 
     def _select(self, element: int, option: str) -> str | None:
-        outcome = self._page.evaluate(_SELECT_JS, [element, option])
+        outcome = self._page.evaluate(_script("select"), [element, option])
         if outcome.get("missing"):
             return f"element {element} is not on the page"
         if outcome.get("notSelect"):
@@ -603,7 +456,7 @@ class BrowserEnv:
         page = self._page
         for attempt in range(3):
             try:
-                snapshot = page.evaluate(_SNAPSHOT_JS, self.config.max_text_chars)
+                snapshot = page.evaluate(_script("snapshot"), self.config.max_text_chars)
                 break
             except Exception as err:  # a navigation raced the snapshot: wait for the new document
                 if attempt == 2 or self._crashed(err):
@@ -614,10 +467,10 @@ class BrowserEnv:
         if self._screenshot_dir is not None and self.config.screenshots:
             path = self._screenshot_dir / f"step_{self.step_index:03d}.png"
             if self.config.set_of_marks:
-                page.evaluate(_MARKS_JS)
+                page.evaluate(_script("marks"))
             self._capture(path)
             if self.config.set_of_marks:
-                page.evaluate(_UNMARK_JS)
+                page.evaluate(_script("unmark"))
             screenshot = str(path)
         self._cookies = self._context.cookies()
         if page.url.startswith(("http://", "https://")):
