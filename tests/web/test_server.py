@@ -50,7 +50,7 @@ def test_sessions_are_isolated_by_cookie(sandbox_server: SandboxServer) -> None:
         assert response.status == 303
     carts = [sandbox_server.session_state(sid.split("=")[1])["cart"] for sid in sids]
     assert carts[0] != carts[1] and len(carts[0]) == len(carts[1]) == 1
-    assert carts[0][0]["product"] == sandbox_server.world.products[0].name
+    assert carts[0][0]["product"] == sandbox_server.world.site("shop").products[0].name
     assert sandbox_server.session_state("unknown")["cart"] == []
 
 

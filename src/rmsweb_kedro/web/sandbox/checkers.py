@@ -6,7 +6,7 @@ from typing import Any
 
 from rmsweb_kedro.actions import normalize_answer, normalize_text
 from rmsweb_kedro.schema import JudgedBy, Task, Verdict
-from rmsweb_kedro.web.sandbox.sites import COLLECTIONS
+from rmsweb_kedro.web.sandbox.registry import collections
 
 JUDGE_NAME = "sandbox-checker/v1"
 _MAX_ANSWER_WORDS = 6
@@ -67,9 +67,9 @@ def check(task: Task, session_state: dict[str, list[dict[str, Any]]], final_answ
         )
     if kind == "record":
         collection, match = config["collection"], config["match"]
-        if collection not in COLLECTIONS:
+        if collection not in collections():
             raise ValueError(
-                f"task {task.id}: judge.config.collection {collection!r} is not one of {COLLECTIONS}"
+                f"task {task.id}: judge.config.collection {collection!r} is not one of {collections()}"
             )
         records = session_state.get(collection, [])
         success = any(record_matches(r, match) for r in records)

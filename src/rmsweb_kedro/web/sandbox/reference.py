@@ -5,7 +5,7 @@ A step may carry ``equivalents``: other actions that do exactly what the step do
 reaches (the reward and the step metrics accept them as well). The sandbox declares one kind, the one it can
 establish from HTML itself: pressing Enter while the focus is in a text field of a form submits that form through
 its submit button (HTML's implicit submission), so a click on the submit button of a form whose field the step
-before typed into (without submitting) has ``press("Enter")`` as an equivalent (``tasks.submit``).
+before typed into (without submitting) has ``press("Enter")`` as an equivalent (``steps.submit``).
 tests/web checks every declared equivalent in Chromium: played in the step's place it reaches the same page and the
 task's checker still passes."""
 

@@ -1,4 +1,4 @@
-"""The sandbox HTTP server: one stdlib ``ThreadingHTTPServer`` on 127.0.0.1 serving every site.
+"""The sandbox HTTP server: one stdlib ``ThreadingHTTPServer`` on 127.0.0.1 serving every site (registry.all_sites()).
 
 Sites are chosen by the ``Host`` header (``shop.sandbox.test``; Chromium maps ``*.sandbox.test`` to the server with
 ``--host-resolver-rules``) or, for a person with an ordinary browser, by a path prefix (``/shop/``). Each browser
@@ -18,7 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from rmsweb_kedro.web.sandbox.sites import COLLECTIONS, SITE_TITLES, SITES, Request, Response
+from rmsweb_kedro.web.sandbox.pages import Request, Response
+from rmsweb_kedro.web.sandbox.registry import all_sites, collections
 from rmsweb_kedro.web.sandbox.world import World
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class SandboxServer:
         """A copy of one browser session's state: every collection (empty when the session is unknown)."""
         with self._lock:
             state = self._states.get(session_id or "", {})
-            return {name: copy.deepcopy(state.get(name, [])) for name in COLLECTIONS}
+            return {name: copy.deepcopy(state.get(name, [])) for name in collections()}
 
     def start(self) -> SandboxServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="sandbox-server", daemon=True)
@@ -96,12 +97,19 @@ class SandboxServer:
             segments = path.split("/", 2)
             site, base = segments[1], "/" + segments[1]
             path = "/" + (segments[2] if len(segments) > 2 else "")
-            if site not in SITES:
-                links = "".join(f'<li><a href="/{s}/">{SITE_TITLES[s]} ({s})</a></li>' for s in SITES)
+            if site not in all_sites():
+                links = "".join(
+                    f'<li><a href="/{s.name}/">{s.title} ({s.name})</a></li>' for s in all_sites().values()
+                )
                 return Response(
                     body=f"<!doctype html><title>Sandbox</title><h1>Sandbox sites</h1><ul>{links}</ul>"
                 ), ""
         session_id = cookies.get("sid") or secrets.token_hex(8)
+        handler = all_sites().get(site)
+        if handler is None:
+            return Response(
+                status=404, body="<!doctype html><title>Not found</title><h1>No such site</h1>"
+            ), session_id
         request = Request(
             method=method,
             path=path,
@@ -109,15 +117,11 @@ class SandboxServer:
             form=dict(parse_qsl(body)),
             base=base,
             consent=cookies.get("consent") == "1",
+            brand=handler.title,
         )
-        handler = SITES.get(site)
-        if handler is None:
-            return Response(
-                status=404, body="<!doctype html><title>Not found</title><h1>No such site</h1>"
-            ), session_id
         with self._lock:
             state = self._states.setdefault(session_id, defaultdict(list))
-            response = handler(self.world, request, state)
+            response = handler.handle(self.world.site(site), request, state)
         return response, session_id
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
