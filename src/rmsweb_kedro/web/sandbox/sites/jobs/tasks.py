@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from rmsweb_kedro.web.sandbox.reference import ReferenceStep
 from rmsweb_kedro.web.sandbox.sites.jobs.data import EXPERIENCE, JOB_TYPES, Job, JobsData
 from rmsweb_kedro.web.sandbox.steps import (
     Draft,
@@ -34,6 +35,16 @@ def find_job(jobs: JobsData, rng: random.Random, pools: Pools) -> Job | None:
     return job if job in jobs.search_jobs(job.title, city, job.kind) else None
 
 
+def pick_job(jobs: JobsData, job: Job, kind: str = "Any") -> ReferenceStep:
+    """Open ``job`` from the results of its title and city (of ``kind``), the other results its distractors."""
+    return pick(
+        "link",
+        job.label,
+        [j.label for j in jobs.search_jobs(job.title, job.city, kind)],
+        f"Open {job.label}.",
+    )
+
+
 def job_salary(jobs: JobsData, rng: random.Random, pools: Pools) -> Draft | None:
     job = find_job(jobs, rng, pools)
     if job is None or job not in jobs.search_jobs(job.title, job.city):
@@ -44,21 +55,11 @@ def job_salary(jobs: JobsData, rng: random.Random, pools: Pools) -> Draft | None
         type_in("Keyword", job.title, f"Search {job.title} jobs."),
         search("Location", job.city, f"In {job.city}."),
         longer(
-            pick(
-                "link",
-                job.label,
-                [j.label for j in jobs.search_jobs(job.title, job.city)],
-                f"Open {job.label}.",
-            ),
+            pick_job(jobs, job),
             "unnecessary_filter",
             [
                 choose("Job type", job.kind, ["Any", *JOB_TYPES], f"Only {job.kind} jobs."),
-                pick(
-                    "link",
-                    job.label,
-                    [j.label for j in jobs.search_jobs(job.title, job.city, job.kind)],
-                    f"Open {job.label}.",
-                ),
+                pick_job(jobs, job, job.kind),
             ],
         ),
         answer(salary),
@@ -83,12 +84,7 @@ def job_apply(jobs: JobsData, rng: random.Random, pools: Pools) -> Draft | None:
         type_in("Location", job.city, f"In {job.city}."),
         submit("Search", "Search."),
         choose("Job type", job.kind, ["Any", *JOB_TYPES], f"Only {job.kind} jobs."),
-        pick(
-            "link",
-            job.label,
-            [j.label for j in jobs.search_jobs(job.title, job.city, job.kind)],
-            f"Open {job.label}.",
-        ),
+        pick_job(jobs, job, job.kind),
         click("link", "Apply now", "Apply."),
         type_in("Full name", name, "Enter the name."),
         type_in("Email", email, "Enter the e-mail."),
