@@ -185,3 +185,12 @@ def test_summary_node_counts_every_task(sandbox_task_list: list[Task]) -> None:
     assert summary["tasks"].sum() == frame.height
     assert summary.filter(pl.col("site") == "hotels")["split"].unique().to_list() == ["test"]
     assert plot_sandbox_tasks(summary).axes
+
+
+def test_sandbox_parameters_refuse_an_unknown_key_or_site() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="instances_per_templat"):
+        SandboxParams(instances_per_templat=3)
+    with pytest.raises(ValueError, match=r"\['hotel'\] are not sandbox sites"):
+        generate_tasks(SandboxParams(held_out_sites=["hotel"], instances_per_template=1))

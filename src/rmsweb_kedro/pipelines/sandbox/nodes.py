@@ -16,10 +16,9 @@ logger = logging.getLogger(__name__)
 
 def generate_sandbox_tasks(params: dict[str, Any]) -> pl.DataFrame:
     """Every template instance of the sandbox sites as a ``tasks`` table (schema.TASK_SCHEMA)."""
-    tasks = generate_tasks(SandboxParams(**params))
-    logger.info(
-        "Generated %d sandbox tasks (split mode %s)", len(tasks), params.get("split_mode", "combinations")
-    )
+    config = SandboxParams(**params)
+    tasks = generate_tasks(config)
+    logger.info("Generated %d sandbox tasks (split mode %s)", len(tasks), config.split_mode)
     return tasks_to_frame(tasks)
 
 

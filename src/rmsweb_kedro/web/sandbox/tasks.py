@@ -8,10 +8,10 @@ import logging
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.schema import JudgeSpec, Task, level_for_length
-from rmsweb_kedro.web.sandbox.registry import templates
+from rmsweb_kedro.web.sandbox.registry import all_sites, templates
 from rmsweb_kedro.web.sandbox.server import site_url
 from rmsweb_kedro.web.sandbox.steps import Draft, Pools, Template
 from rmsweb_kedro.web.sandbox.world import World, stable_rng
@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 class SandboxParams(BaseModel):
     """``params:sandbox`` (conf/base/parameters_sandbox.yml)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     seed: int = 0
     instances_per_template: int = Field(default=24, ge=1)
@@ -82,6 +84,11 @@ def assign_splits(drafts: list[Draft], params: SandboxParams, rng: random.Random
 
 def generate_tasks(params: SandboxParams) -> list[Task]:
     """The whole suite: every template's instances as Tasks with splits, levels and checkers."""
+    unknown = sorted(set(params.held_out_sites) - set(all_sites()))
+    if unknown:
+        raise ValueError(
+            f"sandbox.held_out_sites: {unknown} are not sandbox sites ({', '.join(all_sites())})"
+        )
     world = World(params.seed)
     planned: list[tuple[str, str, Draft, str]] = []  # template, site, draft, split
     train_pools, held_pools = split_pools(world, params.train_value_fraction, params.seed)
