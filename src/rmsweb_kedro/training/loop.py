@@ -55,6 +55,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -171,7 +172,28 @@ def make_accelerator(config: LoopConfig):
 
     # DDP: a text-only batch leaves Qwen3-VL's vision tower without gradients, which DDP refuses unless told
     unused = DistributedDataParallelKwargs(find_unused_parameters=True)
-    return Accelerator(mixed_precision=config.mixed_precision, cpu=cpu_only(), kwargs_handlers=[unused])
+    cpu = cpu_only()
+    accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=cpu, kwargs_handlers=[unused])
+    if cpu and accelerator.num_processes > 1 and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        _fsdp_on_cpu(accelerator)
+    return accelerator
+
+
+def _fsdp_on_cpu(accelerator) -> None:
+    """FSDP across CPU processes (gloo): Accelerate 1.15 applies an FSDP launch config only to accelerator device
+    types and leaves CPU processes as plain data parallel (``MULTI_CPU``: ``AcceleratorState`` skips the FSDP
+    plugin), though torch's ``fully_shard`` runs on the CPU. So the tests of the sharded path can run here, the
+    plugin the launcher described (its ``FSDP_*`` variables) is set as Accelerate would on a GPU."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin()
+    if accelerator.mixed_precision != "no":
+        plugin.set_mixed_precision(accelerator.mixed_precision)
+    accelerator.state.fsdp_plugin = plugin
+    accelerator.state.distributed_type = DistributedType.FSDP
+    # as AcceleratorState does: each later AcceleratorState() (set_seed, ...) copies the partial state's type back
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 
 
 def _optimizer(model, config: LoopConfig):
@@ -378,10 +400,17 @@ def train_loop(
                 "under DeepSpeed keep loop.gradient_accumulation_steps: 1 (the engine would step every micro-batch "
                 "and rescale the loss itself); raise loop.batch_size instead"
             )
-        # transformers turns on synced generation (synced_gpus) for modules carrying this flag (FSDP2 modules
-        # from accelerate lack it): a process that finishes its replies early keeps joining the others' forwards
-        # (each gathers the shards), instead of leaving them waiting forever.
+        # transformers turns on synced generation (synced_gpus) for modules carrying this flag (torch's
+        # fully_shard sets it; set for every sharded case, ZeRO-3 included): a process that finishes its replies
+        # early keeps joining the others' forwards (each gathers the shards), instead of leaving them waiting
+        # forever (tests/production/test_distributed.py: the run hangs with synced_gpus=False).
         accelerator.unwrap_model(model)._is_fsdp_managed_module = True
+    if accelerator.is_fsdp2:
+        # FSDP2 takes the first module to run forward as its root; generate encodes the screenshots through the
+        # vision tower (its own unit, conf/base/accelerate/fsdp2.yaml) before any forward of the whole model, which
+        # would make the tower a root of its own and fail the next forward. One token through the model first.
+        with torch.no_grad():
+            model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=accelerator.device))
     state = _LoopState()
     accelerator.register_for_checkpointing(state)
 

@@ -537,6 +537,23 @@ def sample_groups(
     )
 
 
+def _sharded(policy) -> bool:
+    """The policy's weights are sharded over processes (FSDP2, ZeRO-3: ``train_loop`` flags the module for
+    synced generation), so each of its forwards is a collective every process must join."""
+    import torch.distributed as dist
+
+    return bool(getattr(policy, "_is_fsdp_managed_module", False)) and dist.is_initialized()
+
+
+def _on_every_process(flag: bool, policy) -> bool:
+    """``flag`` and-ed over the processes (gloo on the CPU, nccl on GPUs: a tensor on the policy's device)."""
+    import torch.distributed as dist
+
+    value = torch.tensor([int(flag)], device=next(policy.parameters()).device)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
 class SalvageDSStep:
     """The shared loop's ``rollout`` and ``loss_fn`` for Salvage-DS (and its ablation modes).
 
@@ -596,6 +613,7 @@ class SalvageDSStep:
         n_accepted_groups, sampled_groups, discarded, rounds = 0, 0, 0, 0
         rejections = dict.fromkeys(REJECT_REASONS, 0)
         rewards_all, right_all, parsed_all = [], [], []
+        sharded = _sharded(policy)
         while self._budget_left():
             rounds += 1
             groups = sample_groups(policy, self.processor, states, self.prompt_config, p, p.group_size)
@@ -626,6 +644,8 @@ class SalvageDSStep:
                 else:
                     anchored.append(state)
             full = n_accepted_groups + len(anchored) >= wanted
+            if sharded:  # every process generates until the last one is full: generate is a collective then
+                full = _on_every_process(full, policy)
             if full or not p.dynamic_sampling or rounds >= p.max_rounds or not self.pool:
                 break
             states = self._more_states(wanted)
@@ -666,14 +686,15 @@ class SalvageDSStep:
                 "accepted_group": n_accepted_groups,
                 "anchored_group": len(anchored),
             },
+            # sharded weights: every process runs these forwards (collectives), with or without accepted rows
             "old_logp": (
                 self._logprobs(policy, prompts, replies, vision)[:n_acc]
-                if self.updates_per_batch > 1 and n_acc
+                if self.updates_per_batch > 1 and (n_acc or sharded)
                 else None
             ),
             "ref_logp": (
                 self._reference_logprobs(policy, prompts, replies, vision)[:n_acc]
-                if p.beta > 0 and n_acc
+                if p.beta > 0 and (n_acc or sharded)
                 else None
             ),
             "rollout_metrics": {  # what the batch's groups were; logged with each of its mu updates
