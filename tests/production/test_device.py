@@ -43,3 +43,34 @@ def test_a_lora_policy_is_saved_as_base_plus_adapter_and_loads_back_trainable(tm
             assert torch.allclose(loaded(input_ids=ids).logits, base(input_ids=ids).logits, atol=1e-5)
         assert not torch.allclose(loaded(input_ids=ids).logits, base(input_ids=ids).logits, atol=1e-3)
     assert any(p.requires_grad for n, p in loaded.named_parameters() if "lora_" in n)
+
+
+def test_every_stage_runs_the_policy_in_the_one_auto_dtype(tiny_checkpoint):
+    """No stage pins its own dtype: every ``dtype`` in conf/base (policy specs of mining and evaluate, the
+    checkpoint datasets' load_args) is ``auto``, and so is a policy loaded without one; on the CPU that is float32,
+    so the default run is unchanged."""
+    from pathlib import Path
+
+    import yaml
+
+    from rmsweb_kedro.agents.hf_policy import HFPolicy
+
+    def dtypes(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from [value] if key == "dtype" else dtypes(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from dtypes(value)
+
+    found = {
+        path.name: list(dtypes(yaml.safe_load(path.read_text()))) for path in Path("conf/base").glob("*.yml")
+    }
+    assert {"parameters_mining.yml", "parameters_evaluate.yml", "catalog_sft.yml"} <= {
+        name for name, values in found.items() if values
+    }
+    assert {value for values in found.values() for value in values} == {"auto"}
+    policy = HFPolicy.from_pretrained(tiny_checkpoint)
+    assert {p.dtype for p in policy.model.parameters()} == {resolve_dtype()}
+    if resolve_device().type == "cpu":
+        assert resolve_dtype() == torch.float32

@@ -133,13 +133,14 @@ class HFPolicy:
     def from_pretrained(
         cls,
         path: str | Path,
-        dtype: str = "float32",
+        dtype: str = "auto",
         attn_implementation: str | None = "sdpa",
         device: str = "auto",
         **kw,
     ):
         """Load a checkpoint directory (the tiny one, an SFT output, or a real Qwen3-VL-Instruct) onto
-        ``device`` (``modeling.resolve_device``: ``auto`` is the accelerator when there is one)."""
+        ``device`` in ``dtype`` (``modeling.resolve_device``/``resolve_dtype``: ``auto`` is the accelerator when
+        there is one, in bf16; float32 on the CPU)."""
         from rmsweb_kedro.modeling import load_model
 
         model, processor = load_model(
