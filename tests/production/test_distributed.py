@@ -130,10 +130,11 @@ def test_two_processes_train_sft_like_one_and_a_launched_run_resumes(
     ]
 
 
+@pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP, FSDP2
 def test_two_processes_train_salvage_ds_like_one(
-    tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
+    launch, tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
 ):
-    launched = _launched_salvage_ds(tmp_path, "cpu_2proc", released_checkpoint, screenshot_states[:8])
+    launched = _launched_salvage_ds(tmp_path, launch, released_checkpoint, screenshot_states[:8])
     assert launched.step == 3
     assert _losses(launched.history) == pytest.approx(_losses(one_process_salvage_ds.history), rel=TOLERANCE)
     assert [r["train/anchor_tokens"] for r in launched.history] == [
@@ -151,17 +152,6 @@ def test_fsdp2_on_two_cpu_processes_trains_sft_like_one(
     assert _losses(launched.history) == pytest.approx(_losses(straight), rel=TOLERANCE)
     assert [r["train/label_tokens"] for r in launched.history] == [r["train/label_tokens"] for r in straight]
     assert (tmp_path / "cpu_2proc_fsdp2" / "checkpoints").is_dir()  # save_state of the sharded run
-
-
-def test_fsdp2_on_two_cpu_processes_trains_salvage_ds_like_one(
-    tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
-):
-    launched = _launched_salvage_ds(tmp_path, "cpu_2proc_fsdp2", released_checkpoint, screenshot_states[:8])
-    assert launched.step == 3
-    assert _losses(launched.history) == pytest.approx(_losses(one_process_salvage_ds.history), rel=TOLERANCE)
-    assert [r["train/anchor_tokens"] for r in launched.history] == [
-        r["train/anchor_tokens"] for r in one_process_salvage_ds.history
-    ]
 
 
 def test_fsdp2_generation_of_different_lengths_on_the_two_processes(
