@@ -155,7 +155,7 @@ class TrackingHooks:
             }
             self._mlflow.before_node_run(node=node, catalog=catalog, inputs=masked, is_async=is_async)
         if self._run_id:
-            os.environ[tracking.STEP_PREFIX_ENV] = node.name
+            os.environ[tracking.STEP_PREFIX_ENV] = tracking.step_prefix(node.name, node.namespace)
 
     @hook_impl
     def after_dataset_loaded(self, dataset_name: str, data: Any, node) -> None:

@@ -6,7 +6,7 @@ runs. :func:`log_step` reads only these, so the training loop logs its step metr
 whether it runs in the Kedro process or in processes started by ``accelerate launch`` (which inherit the
 environment). With tracking off the variables are unset and nothing imports mlflow.
 
-Metric names: ``<node>/<train|eval>/<name>`` for live step metrics (``train_sft/train/loss``), and
+Metric names: ``<node>/<train|eval>/<name>`` for live step metrics (``train_sft/train/loss``; :func:`step_prefix`), and
 ``<dataset>/<path>`` for the numbers of a saved dataset (``model_comparison/sft/step_success_rate``,
 ``collection_stats/modes/reflection_retries/yield``).
 """
@@ -24,6 +24,17 @@ from typing import Any
 STEP_PREFIX_ENV = "RMSWEB_MLFLOW_STEP_PREFIX"
 #: Subtrees of a dataset that are configuration (already logged as MLflow parameters), not measurements.
 CONFIG_KEYS = frozenset({"config", "params", "parameters", "history"})
+
+
+def step_prefix(node_name: str, namespace: str | None) -> str:
+    """The ``<node>`` of a node's live step metrics: its name without its stage's namespace, the innermost one
+    (``sft.train_sft`` -> ``train_sft``; a variant's ``ablations.rl_grpo.salvage_ds.train_salvage_ds`` ->
+    ``ablations.rl_grpo.train_salvage_ds``): short names, the same for a stage run alone or in the recipe."""
+    if not namespace:
+        return node_name
+    outer = namespace.rpartition(".")[0]
+    own = node_name.removeprefix(f"{namespace}.")
+    return f"{outer}.{own}" if outer else own
 
 
 def metric_key(*parts: str) -> str:

@@ -15,11 +15,11 @@ from kedro.framework.project import configure_project
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
+from rmsweb_kedro import evaluation_report as report
 from rmsweb_kedro import reporting
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
 from rmsweb_kedro.pipelines.collect.nodes import LOG_SCHEMA, select_collection_tasks
-from rmsweb_kedro.pipelines.evaluate import report
 from rmsweb_kedro.schema import STATE_SCHEMA, tasks_to_frame
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, merge_parameters
 from tests.fixtures_web import chromium_available
@@ -104,23 +104,24 @@ def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default
     ablations = pipelines["ablations"]
     assert not set(ablations.nodes) & set(pipelines["__default__"].nodes)
     names = {n.name for n in ablations.nodes}
+    # Each stage keeps its own namespace inside the variant's (ablations.<variant>.<stage>.<node>).
     for mode in COLLECTION_MODES:
         for stage_node in (
-            "collect_trajectories",
-            "validate_trajectories",
-            "split_sft_states_by_task",
-            "train_sft",
+            "collect.collect_trajectories",
+            "trajectories.validate_trajectories",
+            "sft_data.split_sft_states_by_task",
+            "sft.train_sft",
         ):
             assert f"ablations.collect_{mode}.{stage_node}" in names
         assert (
-            f"ablations.collect_{mode}.build_base_model" not in names
+            f"ablations.collect_{mode}.sft.build_base_model" not in names
         )  # every corpus starts from base_model
     for variant in [f"rl_{m}" for m in SALVAGE_MODES] + [FULL_CORPUS]:
-        assert f"ablations.{variant}.train_salvage_ds" in names
-    assert f"ablations.{FULL_CORPUS}.select_critical_states" in names
+        assert f"ablations.{variant}.salvage_ds.train_salvage_ds" in names
+    assert f"ablations.{FULL_CORPUS}.mining.select_critical_states" in names
     # The same node functions as the stages (reuse, not copies).
     train = {n.name: n.func for n in ablations.nodes if n.name.endswith(".train_salvage_ds")}
-    (original,) = [n.func for n in pipelines["salvage_ds"].nodes if n.name == "train_salvage_ds"]
+    (original,) = [n.func for n in pipelines["salvage_ds"].nodes if n.name == "salvage_ds.train_salvage_ds"]
     assert set(train.values()) == {original}
     # Inputs from outside: only the default run's datasets and parameters.
     outside = {i for i in ablations.inputs() if not i.startswith("params:")}

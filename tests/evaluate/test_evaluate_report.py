@@ -11,8 +11,9 @@ import yaml
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from rmsweb_kedro import reporting
-from rmsweb_kedro.pipelines.evaluate import nodes, report
+from rmsweb_kedro import evaluation, reporting
+from rmsweb_kedro import evaluation_report as report
+from rmsweb_kedro.pipelines.evaluate import nodes
 from rmsweb_kedro.pipelines.evaluate.pipeline import MODELS, create_pipeline
 from rmsweb_kedro.schema import JudgeSpec, Task
 from rmsweb_kedro.scoring import score_step
@@ -50,15 +51,15 @@ def test_online_tasks_keep_the_held_out_site_apart_and_are_the_same_each_time():
         _task(f"hotels-{i}", "hotels", "test") for i in range(5)
     ]
     tasks += [_task("shop-train", "shop", "train")]
-    online = nodes.OnlineParams(max_tasks=3, max_held_out_tasks=2)
-    chosen = nodes.select_online_tasks(tasks, online, seed=0)
+    online = evaluation.OnlineParams(max_tasks=3, max_held_out_tasks=2)
+    chosen = evaluation.select_online_tasks(tasks, online, seed=0)
     assert [t.site for t in chosen] == ["shop"] * 3 + ["hotels"] * 2
     assert "shop-train" not in {t.id for t in chosen}
-    assert [t.id for t in nodes.select_online_tasks(list(reversed(tasks)), online, seed=0)] == [
+    assert [t.id for t in evaluation.select_online_tasks(list(reversed(tasks)), online, seed=0)] == [
         t.id for t in chosen
     ]
-    everything = nodes.select_online_tasks(
-        tasks, nodes.OnlineParams(max_tasks=None, max_held_out_tasks=None), 0
+    everything = evaluation.select_online_tasks(
+        tasks, evaluation.OnlineParams(max_tasks=None, max_held_out_tasks=None), 0
     )
     assert len(everything) == 15
 
@@ -69,7 +70,7 @@ def predictions(model: str, replies: list[tuple[str, str]]) -> pl.DataFrame:
          "reply": reply, **score_step(ref, reply).row()}
         for i, (ref, reply) in enumerate(replies)
     ]  # fmt: skip
-    return pl.DataFrame(rows, schema=nodes.OFFLINE_PREDICTION_SCHEMA)
+    return pl.DataFrame(rows, schema=evaluation.OFFLINE_PREDICTION_SCHEMA)
 
 
 def episodes(
@@ -86,7 +87,7 @@ def episodes(
                  "completion_tokens": 10 * steps, "cost_usd": 0.0, "wall_s": 0.5 * steps, "judge": "sandbox-checker/v1",
                  "judge_reason": ""}
             )  # fmt: skip
-    return pl.DataFrame(rows, schema=nodes.EPISODE_SCHEMA)
+    return pl.DataFrame(rows, schema=evaluation.EPISODE_SCHEMA)
 
 
 OFFLINE = {
@@ -107,7 +108,7 @@ ONLINE = {
 
 
 def test_comparison_table_per_model():
-    offline = nodes.offline_metrics(pl.concat([predictions(m, r) for m, r in OFFLINE.items()]))
+    offline = evaluation.offline_metrics(pl.concat([predictions(m, r) for m, r in OFFLINE.items()]))
     online = pl.concat([episodes(m, o, held_out_from=3) for m, o in ONLINE.items()])
     table = nodes.compare_models(offline, online, PARAMS)
     rows = {r["model"]: r for r in table.iter_rows(named=True)}
@@ -171,7 +172,7 @@ def test_collection_table_and_claims():
 
     comparison = pl.DataFrame({"model": ["base", "sft", "rmsweb"], "success_rate": [0.1, 0.5, 0.55]})
     steps = reporting.reflection_steps(collect_log(ATTEMPTS))
-    claims = report.claims_table(comparison, steps, PARAMS)
+    claims = nodes.claims_table(comparison, steps, PARAMS)
     measured = dict(zip(claims["claim"], claims["this_run"], strict=True))
     assert measured["RMSWeb beats SFT"] == pytest.approx(5.0)
     assert measured["shorter"] == pytest.approx(20.0)  # t1, solved by both: 8 steps vs 10
@@ -180,10 +181,10 @@ def test_collection_table_and_claims():
     assert claims["within_paper_range"].to_list() == [True, True, None]
     # One mode only: the reflection claim is not measured, and the table says why.
     reflection_only = collect_log([a for a in ATTEMPTS if a[0] == "reflection_retries"])
-    lone = report.claims_table(comparison, reporting.reflection_steps(reflection_only), PARAMS)
+    lone = nodes.claims_table(comparison, reporting.reflection_steps(reflection_only), PARAMS)
     assert lone["this_run"][1] is None and "needs reflection_retries" in lone["measured_as"][1]
     assert lone["same_direction"][1] is None
-    worse = report.claims_table(
+    worse = nodes.claims_table(
         comparison.with_columns(pl.Series("success_rate", [0.1, 0.5, 0.45])), steps, PARAMS
     )
     assert worse["this_run"][0] == pytest.approx(-5.0) and worse["same_direction"][0] is False
@@ -244,19 +245,19 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
 
 def test_report_from_empty_evaluations():
     """No held-out state and no episode (e.g. an empty split) still gives tables, figures and a report."""
-    predictions = pl.DataFrame(schema=nodes.OFFLINE_PREDICTION_SCHEMA)
-    online = pl.DataFrame(schema=nodes.EPISODE_SCHEMA)
-    comparison = nodes.compare_models(nodes.offline_metrics(predictions), online, PARAMS)
+    predictions = pl.DataFrame(schema=evaluation.OFFLINE_PREDICTION_SCHEMA)
+    online = pl.DataFrame(schema=evaluation.EPISODE_SCHEMA)
+    comparison = nodes.compare_models(evaluation.offline_metrics(predictions), online, PARAMS)
     assert comparison.height == 0
     modes = report.failure_modes(predictions, online)
     collection = report.collection_table({})
     steps = reporting.reflection_steps(collect_log([]))
-    claims = report.claims_table(comparison, steps, PARAMS)
+    claims = nodes.claims_table(comparison, steps, PARAMS)
     assert claims["this_run"].to_list() == [None, None, None]
     for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),
                    report.plot_failure_modes(modes), report.plot_training_curves(None, [])):  # fmt: skip
         assert figure.axes
-    markdown = report.build_report(
+    markdown = nodes.build_report(
         comparison, nodes.online_breakdown(online, PARAMS), claims, collection, steps, modes, PARAMS
     )
     assert (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from rmsweb_kedro.evaluation import OFFLINE_PREDICTION_SCHEMA, offline_metrics
 from rmsweb_kedro.pipelines.evaluate import nodes
 from rmsweb_kedro.schema import STATE_SCHEMA
 from rmsweb_kedro.scoring import score_step
@@ -17,7 +18,7 @@ def test_every_chosen_state_is_replied_to_and_scored(tiny_checkpoint, tiny_state
     states = pl.DataFrame(tiny_states[:30], schema=STATE_SCHEMA)
     params = {"offline": {"max_states": 3}, "policy": {"max_new_tokens": 8, "batch_size": 3}}
     predictions = nodes.predict_offline(states, tiny_checkpoint, params, model_name="base")
-    assert predictions.schema == nodes.OFFLINE_PREDICTION_SCHEMA
+    assert predictions.schema == OFFLINE_PREDICTION_SCHEMA
     assert predictions.height == 3 and set(predictions["model"]) == {"base"}
     assert set(predictions["state_id"]) <= set(states["state_id"])
     # Replies are the model's own text, scored as scoring.score_step scores them.
@@ -30,6 +31,6 @@ def test_every_chosen_state_is_replied_to_and_scored(tiny_checkpoint, tiny_state
     again = nodes.predict_offline(states, loaded, params, model_name="sft")
     assert again["state_id"].to_list() == predictions["state_id"].to_list()  # the same draw for every model
     assert again["reply"].to_list() == predictions["reply"].to_list()  # greedy: the same weights say the same
-    metrics = nodes.offline_metrics(pl.concat([predictions, again]))
+    metrics = offline_metrics(pl.concat([predictions, again]))
     assert metrics["model"].to_list() == ["base", "sft"] and (metrics["n_states"] == 3).all()
     assert metrics["invalid_format_rate"][0] == pytest.approx((~predictions["valid"]).mean())

@@ -9,6 +9,7 @@ import pytest
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
+from rmsweb_kedro.evaluation import EPISODE_SCHEMA
 from rmsweb_kedro.pipelines.evaluate import nodes
 from rmsweb_kedro.schema import tasks_to_frame
 from tests.fixtures_web import chromium_available
@@ -39,7 +40,7 @@ def sandbox_tasks(sandbox_task_list) -> pl.DataFrame:
 def test_perfect_teacher_solves_and_quitter_fails(sandbox_tasks):
     perfect = ScriptedTeacher(seed=0, imperfections=TeacherImperfections(mistake_probs={}))
     solved = nodes.run_online(sandbox_tasks, perfect, PARAMS, model_name="teacher")
-    assert solved.schema == nodes.EPISODE_SCHEMA
+    assert solved.schema == EPISODE_SCHEMA
     assert solved.height == 3 and solved["held_out"].to_list() == [False, False, True]
     assert set(solved["split"]) == {"test"} and solved["site"][2] == "hotels"
     assert solved["success"].to_list() == [True, True, True], solved.select(

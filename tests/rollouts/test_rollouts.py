@@ -13,7 +13,7 @@ import yaml
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA
+from rmsweb_kedro.evaluation import EPISODE_SCHEMA
 from rmsweb_kedro.pipelines.live.nodes import LIVE_RESULT_SCHEMA_EXTRA, LiveParams, summarize_live
 from rmsweb_kedro.rollouts import (
     CriticalPoints,

@@ -2,16 +2,19 @@
 namespace ``ablations.<variant>`` (its free inputs are the default run's datasets unless the variant replaces
 them), with parameters ``params:ablations.<variant>.<stage>``: config (conf/base/parameters_ablations.yml), the
 stage's parameters + ``ablations.budget.<stage>`` + the variant's change. Not part of ``__default__``: it runs on
-what the default run left in data/."""
+what the default run left in data/.
 
+This package imports no other pipeline: the registry (pipeline_registry.py) hands it the recipe's stages and the
+evaluate stage's builders (:class:`Reused`)."""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline, pipeline
 
 from rmsweb_kedro import reporting
-from rmsweb_kedro.pipelines import collect, mining, salvage_ds, sft, sft_data, trajectories
 from rmsweb_kedro.pipelines.ablations import nodes
-from rmsweb_kedro.pipelines.evaluate.pipeline import model_evaluation, report_nodes
 
 #: (a) Collection modes at the same attempt budget, each corpus through trajectories -> sft_data -> SFT.
 COLLECTION_MODES = ("single", "independent_retries", "reflection_retries")
@@ -19,6 +22,18 @@ COLLECTION_MODES = ("single", "independent_retries", "reflection_retries")
 SALVAGE_MODES = ("grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor")  # training.salvage_ds.Mode
 FULL_CORPUS = "rl_full_corpus"
 REFERENCE = "sft_default"
+
+
+@dataclass(frozen=True)
+class Reused:
+    """What the ablations reuse, handed over by the registry: the recipe's stage pipelines by name (``collect``,
+    ``trajectories``, ``sft_data``, ``sft``, ``mining``, ``salvage_ds``), and the evaluate stage's builders:
+    ``model_evaluation(models)`` (label -> checkpoint dataset: offline and online evaluation, ``model_comparison``)
+    and ``report_nodes(extra)`` (the claims and the report, ``extra`` adding ``build_report`` inputs)."""
+
+    stages: Mapping[str, Pipeline]
+    model_evaluation: Callable[[dict[str, str]], Pipeline]
+    report_nodes: Callable[[dict[str, str]], Pipeline]
 
 
 def _bind(func, **bound):
@@ -54,14 +69,9 @@ def _without_base(stage: Pipeline) -> Pipeline:
     return stage - stage.only_nodes_with_outputs("base_model")
 
 
-def _collection_variant(mode: str) -> Pipeline:
+def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
     variant = f"collect_{mode}"
-    chain = (
-        collect.create_pipeline()
-        + trajectories.create_pipeline()
-        + sft_data.create_pipeline()
-        + _without_base(sft.create_pipeline())
-    )
+    chain = stages["collect"] + stages["trajectories"] + stages["sft_data"] + _without_base(stages["sft"])
     namespaced = _reuse(
         chain,
         variant,
@@ -98,16 +108,18 @@ def _rl_variant(
     )
 
 
-def create_pipeline(**kwargs) -> Pipeline:
-    collection = [_collection_variant(mode) for mode in COLLECTION_MODES]
+def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
+    """Every variant, their evaluation, the comparison table and the report re-rendered with its section."""
+    stages = reused.stages
+    collection = [_collection_variant(mode, stages) for mode in COLLECTION_MODES]
     modes = [
-        _rl_variant(f"rl_{mode}", salvage_ds.create_pipeline(), ("salvage_ds",), f"mode {mode}, mined states",
+        _rl_variant(f"rl_{mode}", stages["salvage_ds"], ("salvage_ds",), f"mode {mode}, mined states",
                     "Salvage-DS mode")
         for mode in SALVAGE_MODES
     ]  # fmt: skip
     full = _rl_variant(
         FULL_CORPUS,
-        mining.create_pipeline().only_nodes_with_outputs("critical_states") + salvage_ds.create_pipeline(),
+        stages["mining"].only_nodes_with_outputs("critical_states") + stages["salvage_ds"],
         ("mining", "salvage_ds"),
         "mode salvage_ds, every SFT training state (rl_corpus: full); compare rl_salvage_ds (mined)",
         "RL corpus",
@@ -118,13 +130,16 @@ def create_pipeline(**kwargs) -> Pipeline:
     models |= {FULL_CORPUS: f"ablations.{FULL_CORPUS}.rmsweb_model"}
     facts = [f"ablations.{variant}.facts" for variant in models]
     evaluation = pipeline(
-        model_evaluation(models),
+        reused.model_evaluation(models),
         namespace="ablations",
         inputs={"sft_states_val", "sandbox_tasks", *models.values()},
-        parameters={"evaluate": "ablations.evaluate", "rollouts": "rollouts"},  # one rollouts block for every run
+        parameters={
+            "evaluate": "ablations.evaluate",
+            "rollouts": "rollouts",
+        },  # one rollouts block for every run
     )
     the_report = pipeline(
-        report_nodes({"ablations": "ablations.report_section"}),
+        reused.report_nodes({"ablations": "ablations.report_section"}),
         namespace="ablations",
         inputs={name: name for name in ("model_comparison", "online_breakdown", "evaluation_collection_table",
                                         "evaluation_failure_modes", "run_manifest")} | {"reflection_steps": "ablations.reflection_steps", "ablations.report_section": "ablations.report_section"},

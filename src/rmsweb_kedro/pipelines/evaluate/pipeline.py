@@ -1,12 +1,13 @@
-"""The ``evaluate`` pipeline: wiring only (nodes in ``nodes.py`` and ``report.py``). ``model_evaluation`` and
-``report_nodes`` are also reused, namespaced, by the ``ablations`` pipeline."""
+"""The ``evaluate`` pipeline: wiring only (nodes in ``nodes.py``, or the library's own functions where a node takes
+no parameters). ``model_evaluation`` and ``report_nodes`` are also handed to the ``ablations`` pipeline by the
+registry, which reuses them namespaced."""
 
 from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline
 
-from rmsweb_kedro import reporting
-from rmsweb_kedro.pipelines.evaluate import nodes, report
+from rmsweb_kedro import evaluation, evaluation_report, reporting
+from rmsweb_kedro.pipelines.evaluate import nodes
 
 #: Model label -> the checkpoint dataset evaluated under it.
 MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
@@ -58,7 +59,7 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
                 name="gather_online_episodes",
             ),
             Node(
-                nodes.offline_metrics,
+                evaluation.offline_metrics,
                 inputs="offline_predictions",
                 outputs="offline_metrics",
                 name="offline_metrics",
@@ -85,13 +86,13 @@ def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
     return Pipeline(
         [
             Node(
-                report.claims_table,
+                nodes.claims_table,
                 inputs=["model_comparison", "reflection_steps", "params:evaluate"],
                 outputs="claims_vs_run",
                 name="claims_vs_run",
             ),
             Node(
-                report.build_report,
+                nodes.build_report,
                 inputs={
                     "comparison": "model_comparison",
                     "breakdown": "online_breakdown",
@@ -107,7 +108,7 @@ def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
                 name="build_report",
             ),
             Node(
-                report.report_html,
+                evaluation_report.report_html,
                 inputs="evaluation_report",
                 outputs="evaluation_report_html",
                 name="build_report_html",
@@ -122,7 +123,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         + Pipeline(
             [
                 Node(
-                    report.collection_table,
+                    evaluation_report.collection_table,
                     inputs="collection_stats",
                     outputs="evaluation_collection_table",
                     name="collection_table",
@@ -134,31 +135,31 @@ def create_pipeline(**kwargs) -> Pipeline:
                     name="reflection_steps",
                 ),
                 Node(
-                    report.failure_modes,
+                    evaluation_report.failure_modes,
                     inputs=["offline_predictions", "online_episodes"],
                     outputs="evaluation_failure_modes",
                     name="evaluation_failure_modes",
                 ),
                 Node(
-                    report.plot_success_vs_cost,
+                    evaluation_report.plot_success_vs_cost,
                     inputs="model_comparison",
                     outputs="success_vs_cost_plot",
                     name="plot_success_vs_cost",
                 ),
                 Node(
-                    report.plot_steps_on_solved,
+                    evaluation_report.plot_steps_on_solved,
                     inputs="online_episodes",
                     outputs="steps_on_solved_plot",
                     name="plot_steps_on_solved",
                 ),
                 Node(
-                    report.plot_failure_modes,
+                    evaluation_report.plot_failure_modes,
                     inputs="evaluation_failure_modes",
                     outputs="failure_modes_by_model_plot",
                     name="plot_failure_modes_by_model",
                 ),
                 Node(
-                    report.plot_training_curves,
+                    evaluation_report.plot_training_curves,
                     inputs=["sft_metrics", "salvage_ds_metrics"],
                     outputs="training_curves_plot",
                     name="plot_training_curves",

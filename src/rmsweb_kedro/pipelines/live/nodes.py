@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rmsweb_kedro.actions import normalize_answer
 from rmsweb_kedro.agents.endpoint import Credentials, EndpointConfig
 from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema, write_submission
+from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy, success_summary
+from rmsweb_kedro.reporting import with_counts
 from rmsweb_kedro.rollouts import (
     CriticalPoints,
     EpisodeSettings,
@@ -73,9 +75,6 @@ class LiveParams(BaseModel):
     resume: bool = False  # true: episodes already in <output_dir>/journal.jsonl (same settings) are not rerun
     model_label: str = "rmsweb"
     confidence: float = Field(default=0.95, gt=0, lt=1)  # Wilson interval of each benchmark's success rate
-    policy: dict[str, Any] = Field(
-        default_factory=dict
-    )  # evaluate.policy's fields (prompt, max_new_tokens...)
     critical_points: CriticalPoints = Field(default_factory=CriticalPoints)
     browser: dict[str, Any] = Field(default_factory=dict)  # BrowserConfig overrides (headless, viewport, ...)
 
@@ -268,8 +267,6 @@ def run_live_tasks(
     endpoint; files under ``live.output_dir`` (trajectories.jsonl, screenshots, Online-Mind2Web's submission
     folder). One row per task: the ``online_episodes`` columns plus ``benchmark`` and the rubric ``score``
     (WebTailBench). ``credentials``: Kedro's (``endpoint_credentials``), for the judge endpoint."""
-    from rmsweb_kedro.pipelines.evaluate.nodes import EPISODE_SCHEMA, EvaluateParams, load_policy
-
     live = LiveParams.model_validate(params)
     if live.judge is None:
         raise ValueError("live.judge: an OpenAI-compatible endpoint {base_url, model, credentials} is needed")
@@ -327,9 +324,6 @@ def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFram
     """Per benchmark: tasks, environment errors, critical points reached, successes (k/n) and success rate with
     its Wilson interval, the spread of the per-run rates, steps on solved tasks, tokens and cost per task (judges'
     cost included), and whether the number follows the benchmark's official protocol (``protocol``)."""
-    from rmsweb_kedro.pipelines.evaluate.nodes import success_summary
-    from rmsweb_kedro.reporting import with_counts
-
     confidence = LiveParams.model_validate(params).confidence
     rows = [
         {"benchmark": name, **success_summary(part, confidence)}

@@ -1,6 +1,9 @@
-"""The evaluation's plots and report: the comparison table, collection statistics, training curves and the
-paper's claims beside what this run measured. Plots are matplotlib figures saved by catalog datasets; tables,
-figures and statistics are made with :mod:`rmsweb_kedro.reporting`."""
+"""The evaluation's report, the library part: the comparison table, collection statistics, failure modes, training
+curves and the paper's claims beside what this run measured, as tables, figures, markdown and HTML. Plots are
+matplotlib figures (catalog datasets save them); tables, figures and statistics are made with
+:mod:`rmsweb_kedro.reporting`. Used by the ``evaluate`` pipeline and, for its re-rendered report, ``ablations``. A
+library module: typed configs (:class:`~rmsweb_kedro.evaluation.EvaluateParams`), no catalog names, no ``params:``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.pipelines.evaluate.nodes import EvaluateParams
+from rmsweb_kedro.evaluation import Claim, EvaluateParams
 from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
 
 # ---------------------------------------------------------------- collection statistics
@@ -72,13 +75,12 @@ def measures(comparison: pl.DataFrame, steps: pl.DataFrame) -> dict[str, tuple[f
     }
 
 
-def claims_table(comparison: pl.DataFrame, steps: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+def claims_table(comparison: pl.DataFrame, steps: pl.DataFrame, claims: list[Claim]) -> pl.DataFrame:
     """The paper's claims (parameters) beside this run's figure and whether the direction agrees: every claim is
     stated as a gain (points gained, % of steps saved), so agreeing means a positive figure."""
-    config = EvaluateParams.model_validate(params)
     measured = measures(comparison, steps)
     rows = []
-    for claim in config.claims:
+    for claim in claims:
         value, how = measured.get(claim.key, (None, f"unknown measure {claim.key!r}"))
         rows.append(
             {"claim": claim.claim, "paper": claim.paper, "this_run": value, "measured_as": how,
@@ -104,10 +106,11 @@ def plot_success_vs_cost(comparison: pl.DataFrame):
             continue
         # Token count stands in for cost when the cost model prices everything at 0 (a local run).
         x = row["cost_per_task_usd"] or row["tokens_per_task"] or 0.0
-        err = [[row["success_rate"] - row["success_low"]], [row["success_high"] - row["success_rate"]]]
-        ax.errorbar(
-            [x], [100 * row["success_rate"]], yerr=100 * __import__("numpy").array(err), fmt="o", capsize=4
-        )
+        err = [
+            [100 * (row["success_rate"] - row["success_low"])],
+            [100 * (row["success_high"] - row["success_rate"])],
+        ]
+        ax.errorbar([x], [100 * row["success_rate"]], yerr=err, fmt="o", capsize=4)
         ax.annotate(row["model"], (x, 100 * row["success_rate"]), textcoords="offset points", xytext=(6, 4))
     priced = comparison["cost_per_task_usd"].drop_nulls().sum() > 0 if comparison.height else False
     ax.set_xlabel("cost per task (USD)" if priced else "tokens per task (cost model prices them at 0)")
@@ -241,7 +244,7 @@ def build_report(
     collection: pl.DataFrame,
     steps: pl.DataFrame,
     modes: pl.DataFrame,
-    params: dict[str, Any],
+    config: EvaluateParams,
     manifest: dict[str, Any] | None = None,
     ablations: str | None = None,
 ) -> str:
@@ -250,7 +253,6 @@ def build_report(
     with ``ablations`` (the ablations pipeline's markdown section), that section too."""
     from rmsweb_kedro.provenance import manifest_markdown
 
-    config = EvaluateParams.model_validate(params)
     online = config.online
     rate_columns = ["action_type_accuracy", "element_accuracy", "argument_match", "step_success_rate",
                     "invalid_format_rate", "success_rate", "success_low", "success_high", "run_std"]  # fmt: skip

@@ -1,0 +1,372 @@
+"""The evaluation of a policy, the library part: offline step metrics on held-out states, online success in the
+sandbox, and the tables that compare models (one row per model; success with its Wilson interval).
+
+Models are checkpoint datasets' values (a directory path or a ``(model, processor)`` pair) acted through the policy
+:class:`EvaluateParams` ``policy`` asks for (``hf``, in this process, or ``openai``, served;
+agents.factory.build_policy) and scored offline by :func:`~rmsweb_kedro.scoring.score_states`; online episodes run
+in the real sandbox through :func:`~rmsweb_kedro.rollouts.run_rollouts`, judged by the sandbox checker. Used by the
+``evaluate`` pipeline (and, namespaced, by ``ablations``) and by ``live`` (the policy, the episode table and its
+success summary). A library module: typed configs, no catalog names, no ``params:``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+
+from rmsweb_kedro.agents.endpoint import EndpointConfig
+from rmsweb_kedro.agents.factory import PolicySpec
+from rmsweb_kedro.reporting import wilson_interval
+from rmsweb_kedro.rollouts import trajectory_row
+from rmsweb_kedro.schema import draw_states
+from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
+
+logger = logging.getLogger(__name__)
+
+
+class _Params(BaseModel):  # every block of ``params:evaluate`` (conf/base/parameters_evaluate.yml)
+    model_config = ConfigDict(extra="forbid")
+
+
+class OfflineParams(_Params):
+    max_states: int | None = Field(
+        default=32, ge=1, description="held-out states scored, drawn with the seed"
+    )
+
+
+class OnlineParams(_Params):
+    enabled: bool = True  # false: no online episodes (the comparison's online columns stay empty)
+    splits: list[str] = Field(default_factory=lambda: ["test"])
+    held_out_sites: list[str] = Field(default_factory=lambda: ["hotels"])
+    max_tasks: int | None = Field(default=3, ge=1, description="tasks of the splits on the training sites")
+    max_held_out_tasks: int | None = Field(default=1, ge=0, description="tasks of the held-out sites")
+    runs: int = Field(default=2, ge=1, description="runs over the same tasks, averaged")
+    max_steps: int = Field(default=14, ge=1)
+    greedy: bool = True
+    temperature: float = Field(default=1.0, gt=0)
+    headless: bool = True
+    sandbox_seed: int = 0
+    n_envs: int = Field(
+        default=1,
+        ge=1,
+        description="browsers (params:rollouts backend; sampled runs are reproducible with 1 only)",
+    )
+
+
+class CostModel(_Params):
+    """US dollars per million tokens of the evaluated policy (a served model's price; 0 for free local runs)."""
+
+    prompt_usd_per_million: float = Field(default=0.0, ge=0)
+    completion_usd_per_million: float = Field(default=0.0, ge=0)
+
+
+class Claim(_Params):
+    key: str  # what this run measures for it (a key of report.measures)
+    claim: str
+    paper: str  # the paper's figure, as published
+    paper_low: float | None = None  # the published range in the measure's unit, for the direction check
+    paper_high: float | None = None
+
+
+class EvaluateParams(_Params):
+    """``params:evaluate``: how models are acted, which states and tasks score them, and the report's claims."""
+
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    #: policy.kind openai: the endpoint serving each evaluated model (base, sft, rmsweb); a model not named here
+    #: is reached at policy.endpoint.
+    served: dict[str, EndpointConfig] = Field(default_factory=dict)
+    offline: OfflineParams = Field(default_factory=OfflineParams)
+    online: OnlineParams = Field(default_factory=OnlineParams)
+    cost: CostModel = Field(default_factory=CostModel)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    seed: int = 0
+    claims: list[Claim] = Field(default_factory=list)
+    figures: dict[str, str] = Field(default_factory=dict)  # plot name -> file name beside the report
+
+
+# ---------------------------------------------------------------- policy
+
+
+def load_policy(
+    model: Any, config: EvaluateParams, greedy: bool = True, model_name: str | None = None
+) -> Any:
+    """The policy ``evaluate.policy`` asks for over a checkpoint dataset's value (a directory path, or a
+    ``(model, processor)`` pair; agents.factory.build_policy), or served (``openai``: at ``served[model_name]``,
+    else ``policy.endpoint``); an object that already acts (any :class:`~rmsweb_kedro.agents.base.Agent`: a
+    scripted teacher as a ceiling) is evaluated as it is."""
+    if hasattr(model, "act"):
+        return model
+    from rmsweb_kedro.agents.factory import build_policy
+
+    spec = config.policy
+    if spec.kind == "openai" and model_name in config.served:
+        spec = spec.model_copy(update={"endpoint": config.served[model_name]})
+    return build_policy(spec, model, greedy=greedy, temperature=config.online.temperature)
+
+
+# ---------------------------------------------------------------- offline
+
+
+def predict_offline(
+    states: pl.DataFrame, model: Any, config: EvaluateParams, model_name: str
+) -> pl.DataFrame:
+    """The model's greedy reply at each held-out state (up to ``offline.max_states``, drawn with the seed),
+    scored against the reference action by :func:`~rmsweb_kedro.scoring.score_states` (the step-metric columns of
+    :data:`~rmsweb_kedro.scoring.STEP_SCHEMA`)."""
+    from rmsweb_kedro.scoring import ScoringConfig, score_states
+
+    drawn = draw_states(states, config.offline.max_states, config.seed)
+    scoring = ScoringConfig(max_new_tokens=config.policy.max_new_tokens, batch_size=config.policy.batch_size)
+    scored = score_states(drawn.to_dicts(), load_policy(model, config, model_name=model_name), scoring)
+    logger.info("offline %s: %d states scored", model_name, scored.height)
+    meta = drawn.select("task_id", "site", "reference_action")
+    return (
+        pl.concat([scored, meta], how="horizontal")
+        .with_columns(pl.lit(model_name).alias("model"))
+        .select(OFFLINE_PREDICTION_SCHEMA.names())
+    )
+
+
+OFFLINE_PREDICTION_SCHEMA = pl.Schema(
+    {
+        "model": pl.String,
+        "state_id": pl.String,
+        "task_id": pl.String,
+        "site": pl.String,
+        "reference_action": pl.String,
+        "reply": pl.String,
+        **STEP_SCHEMA,
+    }
+)
+
+
+def offline_metrics(predictions: pl.DataFrame) -> pl.DataFrame:
+    """The five offline rates per model, in the order the models were evaluated."""
+    models = predictions["model"].unique(maintain_order=True).to_list()
+    rows = [{"model": m, **step_rates(predictions.filter(pl.col("model") == m))} for m in models]
+    return pl.DataFrame(
+        rows, schema={"model": pl.String, "n_states": pl.Int64} | dict.fromkeys(STEP_METRICS, pl.Float64)
+    )
+
+
+# ---------------------------------------------------------------- online
+
+EPISODE_SCHEMA = pl.Schema(
+    {
+        "model": pl.String,
+        "run": pl.Int32,
+        "task_id": pl.String,
+        "site": pl.String,
+        "level": pl.String,
+        "split": pl.String,
+        "held_out": pl.Boolean,
+        "success": pl.Boolean,  # null when the environment failed (neither success nor failure)
+        "termination": pl.String,
+        "n_steps": pl.Int32,
+        "prompt_tokens": pl.Int64,
+        "completion_tokens": pl.Int64,
+        "cost_usd": pl.Float64,
+        "wall_s": pl.Float64,
+        "judge": pl.String,
+        "judged_by": pl.String,  # schema.JudgedBy as JSON: kind, protocol, model, prompt source/ref/hash, thresholds
+        "judge_reason": pl.String,
+    }
+)
+
+
+def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
+    """Tasks of ``online.splits``: up to ``max_tasks`` on the training sites and ``max_held_out_tasks`` on the
+    held-out sites, drawn with the seed (the same tasks for every model and run)."""
+    pool = sorted((t for t in tasks if t.split in online.splits), key=lambda t: t.id)
+    seen = [t for t in pool if t.site not in online.held_out_sites]
+    held_out = [t for t in pool if t.site in online.held_out_sites]
+    rng = random.Random(seed)
+
+    def draw(candidates: list, cap: int | None) -> list:
+        return (
+            candidates
+            if cap is None or len(candidates) <= cap
+            else sorted(rng.sample(candidates, cap), key=lambda t: t.id)
+        )
+
+    return draw(seen, online.max_tasks) + draw(held_out, online.max_held_out_tasks)
+
+
+def run_online(
+    sandbox_tasks: pl.DataFrame,
+    model: Any,
+    config: EvaluateParams,
+    model_name: str,
+    rollouts: dict[str, Any] | None = None,
+) -> pl.DataFrame:
+    """``online.runs`` runs of the model on the chosen sandbox tasks in real Chromium; one row per episode.
+
+    Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (``online.n_envs`` browsers on the
+    ``rollouts`` backend), never on the calling thread, so a Playwright session it may hold never collides."""
+    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
+    from rmsweb_kedro.schema import tasks_from_frame
+
+    online = config.online
+    if not online.enabled:
+        return pl.DataFrame(schema=EPISODE_SCHEMA)
+    tasks = select_online_tasks(tasks_from_frame(sandbox_tasks), online, config.seed)
+    if not tasks:
+        logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)
+        return pl.DataFrame(schema=EPISODE_SCHEMA)
+    policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
+    episodes = [
+        EpisodeSpec(
+            key=f"{model_name}/r{run}/{task.id}",
+            task=task,
+            max_steps=online.max_steps,
+            seed=config.seed + 1000 * run + position,  # sampled decoding differs by run; greedy does not
+            trajectory_id=f"evaluate__{model_name}__r{run}__{task.id}",
+            metadata={"run": run},
+        )
+        for run in range(online.runs)
+        for position, task in enumerate(tasks)
+    ]
+    trajectories = run_rollouts(
+        episodes,
+        Roles(agent=_seeded(policy), judge=lambda server: SandboxJudge(server.session_state)),
+        rollouts,
+        browsers=online.n_envs,
+        browser={"headless": online.headless},
+        sandbox_seed=online.sandbox_seed,
+        progress=f"online {model_name}",
+    )
+    rows = [
+        episode_row(trajectory, spec.task, model_name, spec.metadata["run"], config)
+        for spec, (trajectory,) in zip(episodes, trajectories, strict=True)
+    ]
+    return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
+
+
+def _seeded(policy: Any) -> Any:
+    """The agent factory of ``policy``: seeds torch with the episode's seed (sampled decoding), same policy."""
+
+    def agent(seed: int) -> Any:
+        import torch
+
+        torch.manual_seed(seed)
+        return policy
+
+    return agent
+
+
+def episode_row(trajectory: Any, task: Any, model_name: str, run: int, config: EvaluateParams) -> dict:
+    """The ``online_episodes`` row of one judged attempt (cost: the endpoint's, plus the cost model's)."""
+    usage, cost = trajectory.usage, config.cost
+    priced = (
+        usage.prompt_tokens * cost.prompt_usd_per_million
+        + usage.completion_tokens * cost.completion_usd_per_million
+    )
+    return trajectory_row(trajectory) | {
+        "model": model_name,
+        "run": run,
+        "level": task.level,
+        "split": task.split,
+        "held_out": task.site in config.online.held_out_sites,
+        "cost_usd": trajectory.cost_usd + priced / 1e6,
+    }
+
+
+def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]:
+    """Success rate over judged episodes (environment failures left out) with its Wilson interval, the spread of
+    the per-run rates, and the steps, tokens, cost and wall time per task; episodes stopped at a critical point
+    (live sites) are judged as any other and also counted apart."""
+    judged = episodes.filter(pl.col("success").is_not_null())
+    wins = int(judged["success"].sum()) if judged.height else 0
+    low, high = wilson_interval(wins, judged.height, confidence)
+    per_run = judged.group_by("run").agg(pl.col("success").cast(pl.Float64).mean()).get_column("success")
+    solved = judged.filter(pl.col("success"))
+    return {
+        "episodes": episodes.height,
+        "env_errors": episodes.height - judged.height,
+        "critical_points": int((episodes["termination"] == "critical_point").sum()),
+        "success_rate": wins / judged.height if judged.height else None,
+        "success_low": low,
+        "success_high": high,
+        "run_std": float(per_run.std()) if per_run.len() > 1 else None,
+        "steps_on_solved": float(solved["n_steps"].mean()) if solved.height else None,
+        "tokens_per_task": float((episodes["prompt_tokens"] + episodes["completion_tokens"]).mean())
+        if episodes.height
+        else None,
+        "cost_per_task_usd": float(episodes["cost_usd"].mean()) if episodes.height else None,
+        "wall_s_per_task": float(episodes["wall_s"].mean()) if episodes.height else None,
+    }
+
+
+def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
+    """Success per model by site, by level and by split (training sites vs held-out sites), with intervals."""
+    frame = episodes.with_columns(
+        pl.when(pl.col("held_out"))
+        .then(pl.lit("held-out site"))
+        .otherwise(pl.lit("training sites"))
+        .alias("sites")
+    )
+    rows = []
+    for model in frame["model"].unique(maintain_order=True).to_list():
+        mine = frame.filter(pl.col("model") == model)
+        for by in ("sites", "site", "level"):
+            for (group,), part in sorted(mine.group_by(by), key=lambda item: str(item[0][0])):
+                summary = success_summary(part, confidence)
+                rows.append(
+                    {"model": model, "by": by, "group": str(group), "episodes": summary["episodes"]}
+                    | {
+                        k: summary[k]
+                        for k in ("success_rate", "success_low", "success_high", "steps_on_solved")
+                    }
+                )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "model": pl.String,
+            "by": pl.String,
+            "group": pl.String,
+            "episodes": pl.Int64,
+            "success_rate": pl.Float64,
+            "success_low": pl.Float64,
+            "success_high": pl.Float64,
+            "steps_on_solved": pl.Float64,
+        },
+    )
+
+
+def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
+    """One row per model: the offline rates and the online summary (success with its interval, steps on solved
+    tasks, tokens, cost and wall time per task)."""
+    models = list(dict.fromkeys(offline["model"].to_list() + episodes["model"].to_list()))
+    rows = []
+    for model in models:
+        row: dict[str, Any] = {"model": model}
+        mine = offline.filter(pl.col("model") == model)
+        row |= {m: (mine[m][0] if mine.height else None) for m in ("n_states", *STEP_METRICS)}
+        row |= success_summary(episodes.filter(pl.col("model") == model), confidence)
+        rows.append(row)
+    return pl.DataFrame(rows, schema=COMPARISON_SCHEMA)
+
+
+COMPARISON_SCHEMA = pl.Schema(
+    {"model": pl.String, "n_states": pl.Int64}
+    | dict.fromkeys(STEP_METRICS, pl.Float64)
+    | {"episodes": pl.Int64, "env_errors": pl.Int64}
+    | dict.fromkeys(
+        [
+            "success_rate",
+            "success_low",
+            "success_high",
+            "run_std",
+            "steps_on_solved",
+            "tokens_per_task",
+            "cost_per_task_usd",
+            "wall_s_per_task",
+        ],
+        pl.Float64,
+    )  # fmt: skip
+)
