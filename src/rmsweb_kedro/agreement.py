@@ -16,23 +16,16 @@ from typing import Any
 
 import polars as pl
 
+from rmsweb_kedro.mining import classify_episode
 from rmsweb_kedro.reporting import wilson_interval
 from rmsweb_kedro.schema import Trajectory
 
-#: A failed episode's failure mode, from how it ended: the sandbox checker knows what was wrong, not why.
-FAILURE_MODES = {
-    "answer": "wrong_answer",  # answered, and the answer does not match
-    "stop": "wrong_state",  # stopped, and the site's state does not hold the expected record
-    "max_steps": "step_limit",  # never finished within the step limit
-    "model_error": "model_error",  # the policy's outputs did not parse, or its endpoint failed
-}
-
 
 def failure_mode(trajectory: Trajectory) -> str:
-    """``success`` for a successful episode, else its failure mode (:data:`FAILURE_MODES`)."""
-    if trajectory.success:
-        return "success"
-    return FAILURE_MODES.get(trajectory.termination or "", "other")
+    """``success`` for a successful episode, else its failure mode (:func:`rmsweb_kedro.mining.classify_episode`:
+    the sandbox checker knows what was wrong, not why)."""
+    mode = classify_episode(trajectory.success, trajectory.termination)
+    return "success" if mode is None else mode.value
 
 
 def stratified_sample(

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from rmsweb_kedro.evaluation import Claim, EvaluateParams
+from rmsweb_kedro.mining import EpisodeFailure, classify_episode
 from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
 
 # ---------------------------------------------------------------- collection statistics
@@ -141,22 +142,34 @@ def plot_steps_on_solved(episodes: pl.DataFrame):
     return fig
 
 
+#: The report's words for mining's episode taxonomy (a wrong answer and a wrong final state are both a wrong outcome).
+EPISODE_FAILURE_WORDS = {
+    EpisodeFailure.ENVIRONMENT_ERROR: "environment error",
+    EpisodeFailure.STEP_LIMIT: "ran out of steps",
+    EpisodeFailure.MODEL_ERROR: "unparseable output",
+    EpisodeFailure.WRONG_ANSWER: "wrong outcome",
+    EpisodeFailure.WRONG_STATE: "wrong outcome",
+    EpisodeFailure.OTHER: "wrong outcome",
+}
+
+
 def failure_modes(predictions: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataFrame:
-    """Counts per model of why a step was wrong offline and why an episode failed online."""
+    """Counts per model of why a step was wrong offline and why an episode failed online: mining's taxonomy
+    (``mining.FailureMode``, which scoring labels every reply with; ``mining.EpisodeFailure`` for episodes), in
+    words."""
     offline = predictions.filter(~pl.col("step_success")).select(
         "model",
         pl.lit("offline step").alias("where"),
-        # mining's taxonomy (scoring labels every reply with it), in words
         pl.col("failure_mode").fill_null("other").str.replace_all("_", " ").alias("mode"),
     )
-    online = episodes.filter(~pl.col("success").fill_null(False)).select(
-        "model",
-        pl.lit("online episode").alias("where"),
-        pl.when(pl.col("success").is_null()).then(pl.lit("environment error"))
-        .when(pl.col("termination") == "max_steps").then(pl.lit("ran out of steps"))
-        .when(pl.col("termination") == "model_error").then(pl.lit("unparseable output"))
-        .otherwise(pl.lit("wrong outcome")).alias("mode"),
-    )  # fmt: skip
+    failed = episodes.filter(~pl.col("success").fill_null(False))
+    words = [
+        EPISODE_FAILURE_WORDS[classify_episode(success, termination)]
+        for success, termination in failed.select("success", "termination").iter_rows()
+    ]
+    online = failed.select(
+        "model", pl.lit("online episode").alias("where"), pl.Series("mode", words, dtype=pl.String)
+    )
     return pl.concat([offline, online]).group_by("model", "where", "mode", maintain_order=True).len("count")
 
 

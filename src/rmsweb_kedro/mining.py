@@ -18,7 +18,9 @@ The taxonomy is a closed set assigned by rules from action semantics (``actions.
 ``wrong_argument``     the reference's action on the right element with another text, option, url, key, ...
 =====================  ======================================================================================
 
-A sample that is semantically equal to the reference has no failure mode (``None``).
+A sample that is semantically equal to the reference has no failure mode (``None``). A whole failed episode has an
+:class:`EpisodeFailure` (how it ended: step limit, unparseable output, wrong answer, wrong final state, or the
+environment's error), the same taxonomy seen at the episode's end.
 """
 
 from __future__ import annotations
@@ -57,6 +59,39 @@ class FailureMode(StrEnum):
     WRONG_ACTION_TYPE = "wrong_action_type"
     WRONG_ELEMENT = "wrong_element"
     WRONG_ARGUMENT = "wrong_argument"
+
+
+class EpisodeFailure(StrEnum):
+    """The taxonomy's episode side: why a failed episode failed, from how it ended (a checker or judge knows that
+    the outcome was wrong, not at which step). The evaluation report counts failed episodes by it; the judge
+    agreement stratifies its sample by it."""
+
+    # the environment failed: neither success nor failure (the step side's mode of the same name)
+    ENVIRONMENT_ERROR = FailureMode.ENVIRONMENT_ERROR.value
+    MODEL_ERROR = "model_error"  # the policy's outputs did not parse, or its endpoint failed
+    STEP_LIMIT = "step_limit"  # never finished within the step limit
+    WRONG_ANSWER = "wrong_answer"  # answered, and the answer does not match
+    WRONG_STATE = "wrong_state"  # stopped, and the site's state does not hold the expected record
+    OTHER = "other"  # ended another way (e.g. stopped at a critical point) and was judged a failure
+
+
+#: A judged failure's mode by its ``termination``; any other termination is ``OTHER``.
+_ENDINGS = {
+    "max_steps": EpisodeFailure.STEP_LIMIT,
+    "model_error": EpisodeFailure.MODEL_ERROR,
+    "answer": EpisodeFailure.WRONG_ANSWER,
+    "stop": EpisodeFailure.WRONG_STATE,
+}
+
+
+def classify_episode(success: bool | None, termination: str | None) -> EpisodeFailure | None:
+    """The mode of an episode by its verdict (``success``; None: the environment failed) and how it ended, or None
+    for a success."""
+    if success is None:
+        return EpisodeFailure.ENVIRONMENT_ERROR
+    if success:
+        return None
+    return _ENDINGS.get(termination or "", EpisodeFailure.OTHER)
 
 
 TERMINAL = frozenset({ActionType.ANSWER, ActionType.STOP})

@@ -13,6 +13,7 @@ from kedro.runner import SequentialRunner
 
 from rmsweb_kedro import evaluation, reporting
 from rmsweb_kedro import evaluation_report as report
+from rmsweb_kedro.mining import EpisodeFailure, FailureMode, classify_episode
 from rmsweb_kedro.pipelines.evaluate import nodes
 from rmsweb_kedro.pipelines.evaluate.pipeline import MODELS, create_pipeline
 from rmsweb_kedro.schema import JudgeSpec, Task
@@ -241,6 +242,24 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     assert base == {("offline step", "invalid format"): 1, ("offline step", "wrong action type"): 1,
                     ("offline step", "wrong element"): 1, ("online episode", "ran out of steps"): 4,
                     ("online episode", "unparseable output"): 2, ("online episode", "environment error"): 2}  # fmt: skip
+
+
+def test_one_failure_taxonomy_for_steps_and_episodes():
+    """Failed episodes are counted by mining's episode taxonomy, which shares the environment error with the step
+    taxonomy; the report has words for every mode."""
+    assert set(report.EPISODE_FAILURE_WORDS) == set(EpisodeFailure)
+    assert EpisodeFailure.ENVIRONMENT_ERROR.value == FailureMode.ENVIRONMENT_ERROR.value
+    assert (
+        classify_episode(None, "max_steps") is EpisodeFailure.ENVIRONMENT_ERROR
+    )  # no verdict: not the policy's
+    assert classify_episode(True, "answer") is None
+    endings = {
+        t: classify_episode(False, t)
+        for t in ("max_steps", "model_error", "answer", "stop", "critical_point")
+    }
+    assert endings == {"max_steps": EpisodeFailure.STEP_LIMIT, "model_error": EpisodeFailure.MODEL_ERROR,
+                       "answer": EpisodeFailure.WRONG_ANSWER, "stop": EpisodeFailure.WRONG_STATE,
+                       "critical_point": EpisodeFailure.OTHER}  # fmt: skip
 
 
 def test_report_from_empty_evaluations():
