@@ -11,7 +11,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 from kedro.config import OmegaConfigLoader
-from kedro.framework.project import configure_project
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
@@ -25,7 +24,6 @@ from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, merge_parameters
 from tests.fixtures_web import chromium_available
 
 REPO = Path(__file__).resolve().parents[2]
-configure_project("rmsweb_kedro")  # find_pipelines (the registry) needs the project configured
 VARIANTS = [f"collect_{m}" for m in COLLECTION_MODES] + [REFERENCE] + [f"rl_{m}" for m in SALVAGE_MODES]
 VARIANTS += [FULL_CORPUS]
 

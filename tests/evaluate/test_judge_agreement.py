@@ -11,7 +11,6 @@ import polars as pl
 import pytest
 import yaml
 from kedro.config import OmegaConfigLoader
-from kedro.framework.project import configure_project
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
@@ -22,7 +21,6 @@ from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 from tests.collect.local_openai_server import LocalChatServer
 
 REPO = Path(__file__).resolve().parents[2]
-configure_project("rmsweb_kedro")
 
 
 def test_agreement_statistics_on_known_cases():

@@ -12,7 +12,6 @@ import polars as pl
 import pytest
 import yaml
 from kedro.config import OmegaConfigLoader
-from kedro.framework.project import configure_project
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
@@ -26,7 +25,6 @@ from tests.fixtures_web import chromium_available
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-configure_project("rmsweb_kedro")  # find_pipelines (the registry) needs the project configured
 
 
 def write_fixture_files(folder: Path, tasks: list) -> dict[str, str]:
