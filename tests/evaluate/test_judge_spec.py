@@ -3,11 +3,13 @@ checker, GAIA's exact match and the three LLM judges, the latter against a real 
 
 from __future__ import annotations
 
+import pytest
+
+from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
 from rmsweb_kedro.agents.rubric_judge import RubricJudge
 from rmsweb_kedro.agents.scripted import SandboxJudge
-from rmsweb_kedro.pipelines.live.nodes import ExactAnswerJudge
 from rmsweb_kedro.schema import JudgedBy, JudgeSpec, Task, Verdict
 from rmsweb_kedro.web.sandbox import check
 from tests.evaluate.conftest import RUBRIC, judge_model
@@ -53,3 +55,32 @@ def test_llm_judges_record_kind_model_prompt_and_thresholds(chat_server, tmp_pat
         assert spec.prompt_sha256 and len(spec.prompt_sha256) == 64
         # The spec survives the trajectory file's JSON round trip.
         assert Verdict.model_validate_json(verdict.model_dump_json()).judged_by == spec
+
+
+def test_one_factory_builds_every_judge_kind_and_live_asks_it(sandbox_task_list):
+    """``build_judge`` is the one judge factory: collection's, the judge agreement's and live's (``JudgeByKind``)."""
+    from typing import get_args
+
+    from rmsweb_kedro.agents.factory import JudgeSpecConfig, build_judge
+    from rmsweb_kedro.live import LIVE_JUDGE_KINDS, JudgeByKind
+
+    endpoint = ChatEndpoint(
+        EndpointConfig(base_url="http://127.0.0.1:9/v1", model="judge-test")
+    )  # never called
+    built = {
+        kind: build_judge({"kind": kind, "rubric_threshold": 0.5}, lambda _session: {}, endpoint=endpoint)
+        for kind in get_args(JudgeSpecConfig.model_fields["kind"].annotation)
+    }
+    assert {kind: type(judge) for kind, judge in built.items()} == {
+        "sandbox_checker": SandboxJudge, "webvoyager": WebVoyagerJudge, "webjudge": WebJudge,
+        "rubric": RubricJudge, "reference_answer": ExactAnswerJudge,
+    }  # fmt: skip
+    assert built["rubric"].threshold == 0.5 and built["webjudge"].endpoint is endpoint
+    judges = JudgeByKind(endpoint, rubric_threshold=0.7)
+    task = sandbox_task_list[0]
+    for kind in LIVE_JUDGE_KINDS:
+        judge = judges.for_task(task.model_copy(update={"judge": JudgeSpec(kind=kind)}))
+        assert type(judge) is type(built[kind])
+    assert judges.for_task(task.model_copy(update={"judge": JudgeSpec(kind="rubric")})).threshold == 0.7
+    with pytest.raises(ValueError, match="no live judge for judge kind 'sandbox_checker'"):
+        judges.for_task(task)

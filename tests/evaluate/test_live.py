@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
 from rmsweb_kedro.benchmarks_data.submission import factual_actions, read_submission
-from rmsweb_kedro.pipelines.live.nodes import ExactAnswerJudge, JudgeByKind, run_live
+from rmsweb_kedro.live import JudgeByKind, run_live
 from rmsweb_kedro.rollouts import Roles
 from rmsweb_kedro.schema import JudgeSpec, Trajectory
 from tests.evaluate.conftest import RUBRIC, judge_model, request_text

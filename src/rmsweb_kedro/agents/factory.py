@@ -6,6 +6,8 @@ an endpoint in YAML, not code.
     reflector: {kind: scripted}                           or {kind: openai, endpoint: {...}}
     judge:     {kind: sandbox_checker}                    or {kind: webvoyager, endpoint: {...}, last_k: 15}
                                                           or {kind: webjudge, endpoint: {...}, score_threshold: 3}
+                                                          or {kind: rubric, endpoint: {...}, rubric_threshold: 0.8}
+                                                          or {kind: reference_answer}
     policy:    {kind: hf, dtype: auto, device: auto}       or {kind: openai, endpoint: {...}, tokenizer: DIR}
 
 The policy (the model being trained, probed and evaluated) has the same two kinds everywhere it is used (mining,
@@ -70,13 +72,16 @@ class ReflectorSpec(BaseModel):
 class JudgeSpecConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["sandbox_checker", "webvoyager", "webjudge"] = "sandbox_checker"
+    kind: Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer"] = (
+        "sandbox_checker"
+    )
     endpoint: EndpointConfig | None = None
     last_k: int = 15  # WebVoyager's run_eval.sh attaches the last 15 screenshots
     score_threshold: int = 3  # Online-Mind2Web's WebJudge (run.py --score_threshold 3)
     max_images: int = 50  # Online-Mind2Web's WebJudge (MAX_IMAGE = 50)
     official_prompts: str | None = "data/01_raw/benchmarks"  # where `benchmarks_data download` put prompts/
     max_tokens: int | None = Field(default=None, gt=0)  # None: the protocol's own reply budget
+    rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
 
 
 def _endpoint(spec: Any, role: str, credentials: Credentials | None) -> ChatEndpoint:
@@ -120,8 +125,10 @@ def build_judge(
     spec: JudgeSpecConfig | dict,
     session_state: Callable[[str], dict] | None = None,
     credentials: Credentials | None = None,
+    endpoint: ChatEndpoint | None = None,
 ) -> Judge:
-    """The judge; ``session_state`` (``SandboxServer.session_state``) is needed by the sandbox checker."""
+    """The judge ``spec.kind`` names: the sandbox checker (needs ``session_state``, ``SandboxServer.session_state``),
+    GAIA's exact answer match (no model), or an LLM judge over ``endpoint`` (else a client of ``spec.endpoint``)."""
     spec = JudgeSpecConfig.model_validate(spec)
     if spec.kind == "sandbox_checker":
         from rmsweb_kedro.agents.scripted import SandboxJudge
@@ -129,9 +136,17 @@ def build_judge(
         if session_state is None:
             raise ValueError("judge kind 'sandbox_checker' needs the sandbox server's session_state")
         return SandboxJudge(session_state)
+    if spec.kind == "reference_answer":
+        from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
+
+        return ExactAnswerJudge()
     from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
 
-    endpoint = _endpoint(spec, "judge", credentials)
+    endpoint = endpoint or _endpoint(spec, "judge", credentials)
+    if spec.kind == "rubric":
+        from rmsweb_kedro.agents.rubric_judge import RubricJudge
+
+        return RubricJudge(endpoint, threshold=spec.rubric_threshold)
     budget = {"max_tokens": spec.max_tokens} if spec.max_tokens else {}
     if spec.kind == "webvoyager":
         return WebVoyagerJudge(endpoint, spec.last_k, official_prompts=spec.official_prompts, **budget)

@@ -1,51 +1,26 @@
-"""Nodes of the ``live`` pipeline: a policy on real websites (benchmark tasks), judged by the LLM judges each
-benchmark prescribes, the Online-Mind2Web tasks also written as that benchmark's submission folder. Episodes run
-through :func:`~rmsweb_kedro.rollouts.run_rollouts` (threads or a Ray cluster, ``params:rollouts``) and stop at
-critical points (paying, submitting personal data, sending a message: ``termination="critical_point"``, counted
-apart).
-
-Judges by ``task.judge.kind`` (one OpenAI-compatible endpoint serves them all unless ``judge_models`` names a model
-per kind): ``webvoyager`` -> WebVoyager's auto-evaluation, ``webjudge`` -> Online-Mind2Web's WebJudge, ``rubric``
--> the WebTailBench rubric verifier, ``reference_answer`` -> :class:`ExactAnswerJudge` (GAIA's exact-match scoring,
-no model). The submission folder's contract: :mod:`rmsweb_kedro.benchmarks_data.submission`.
+"""Nodes of the ``live`` pipeline: the benchmark tasks chosen, the policy run on their real websites and judged
+(:func:`rmsweb_kedro.live.run_live`, judges by task kind: :class:`rmsweb_kedro.live.JudgeByKind`), and a summary
+per benchmark. Parameters: ``params:live`` (conf/base/parameters_live.yml); the policy acts with
+``params:evaluate.policy``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.actions import normalize_answer
 from rmsweb_kedro.agents.endpoint import Credentials, EndpointConfig
-from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema, write_submission
+from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema
 from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy, success_summary
+from rmsweb_kedro.live import JudgeByKind, protocol_label, run_live
 from rmsweb_kedro.reporting import with_counts
-from rmsweb_kedro.rollouts import (
-    CriticalPoints,
-    EpisodeSettings,
-    EpisodeSpec,
-    Journal,
-    Roles,
-    fingerprint,
-    run_rollouts,
-    trajectory_row,
-)
-from rmsweb_kedro.schema import (
-    JudgedBy,
-    Step,
-    Task,
-    Trajectory,
-    Usage,
-    Verdict,
-    tasks_from_frame,
-    tasks_to_frame,
-)
+from rmsweb_kedro.rollouts import CriticalPoints, Journal, Roles, fingerprint, trajectory_row
+from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame
 
 logger = logging.getLogger(__name__)
 
@@ -77,147 +52,6 @@ class LiveParams(BaseModel):
     confidence: float = Field(default=0.95, gt=0, lt=1)  # Wilson interval of each benchmark's success rate
     critical_points: CriticalPoints = Field(default_factory=CriticalPoints)
     browser: dict[str, Any] = Field(default_factory=dict)  # BrowserConfig overrides (headless, viewport, ...)
-
-
-class ExactAnswerJudge:
-    """GAIA's scoring: the final answer equals the reference answer after ``actions.normalize_answer``."""
-
-    name = "reference-answer/exact/v1"
-    judged_by = JudgedBy(
-        kind="reference_answer", protocol="gaia/exact-match", prompt_source="none", prompt_ref=name
-    )
-
-    def judge(
-        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
-    ) -> tuple[Verdict, Usage]:
-        expected = str(task.judge.config.get("reference_answer", ""))
-        success = final_answer is not None and normalize_answer(final_answer) == normalize_answer(expected)
-        reason = (
-            f"final answer {final_answer!r} {'equals' if success else 'differs from'} reference {expected!r}"
-        )
-        details = {"protocol": "exact-match", "reference_answer": expected}
-        return Verdict(
-            success=success, reason=reason, judge=self.name, judged_by=self.judged_by, details=details
-        ), Usage()
-
-
-class JudgeByKind:
-    """The :class:`~rmsweb_kedro.agents.base.Judge` each task's ``judge.kind`` asks for, built once per kind.
-    ``endpoint`` serves every LLM judge unless ``endpoints`` names one for its kind (the benchmarks ask for
-    different judge models); ``official_prompts`` is the folder ``benchmarks_data download`` wrote into."""
-
-    name = "live-judges"
-
-    def __init__(
-        self,
-        endpoint: Any,
-        rubric_threshold: float = 0.8,
-        official_prompts: str | Path | None = None,
-        endpoints: dict[str, Any] | None = None,
-    ):
-        self.endpoint = endpoint
-        self.endpoints = endpoints or {}
-        self.rubric_threshold = rubric_threshold
-        self.official_prompts = official_prompts
-        self._judges: dict[str, Any] = {}
-        self._last = threading.local()  # the endpoint of this thread's last verdict, for cost_of
-
-    def for_task(self, task: Task) -> Any:
-        kind = task.judge.kind
-        if kind not in self._judges:
-            from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
-            from rmsweb_kedro.agents.rubric_judge import RubricJudge
-
-            endpoint, prompts = self.endpoints.get(kind, self.endpoint), self.official_prompts
-            makers = {
-                "webvoyager": lambda: WebVoyagerJudge(endpoint, official_prompts=prompts),
-                "webjudge": lambda: WebJudge(endpoint, official_prompts=prompts),
-                "rubric": lambda: RubricJudge(endpoint, threshold=self.rubric_threshold),
-                "reference_answer": ExactAnswerJudge,
-            }
-            if kind not in makers:
-                raise ValueError(f"task {task.id!r}: no live judge for judge kind {kind!r}")
-            self._judges[kind] = makers[kind]()
-        return self._judges[kind]
-
-    def judge(
-        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
-    ) -> tuple[Verdict, Usage]:
-        judge = self.for_task(task)
-        self._last.endpoint = getattr(judge, "endpoint", None)
-        return judge.judge(task, steps, final_answer, context)
-
-    def cost_of(self, usage: Usage) -> float:
-        endpoint = getattr(self._last, "endpoint", None)
-        return endpoint.cost(usage) if endpoint is not None else 0.0
-
-
-def run_live(
-    tasks: list[Task],
-    roles: Roles,
-    out_dir: str | Path,
-    max_steps: int = 30,
-    *,
-    browser: Any = None,
-    browsers: int = 1,
-    rollouts: dict[str, Any] | None = None,
-    critical_points: CriticalPoints | None = None,
-    journal: Journal | None = None,
-    step_limits: dict[str, int] | None = None,
-    submission_schema: SubmissionSchema = "v1",
-) -> list[Trajectory]:
-    """One attempt per task (``roles``: the agent and :class:`JudgeByKind`) within its benchmark's step limit
-    (``step_limits`` by task source, else ``max_steps``), judged by each task's judge, on the ``rollouts`` backend;
-    trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the ``raw_trajectories``
-    format) with their screenshots, and each Online-Mind2Web attempt to that benchmark's submission folder
-    (:mod:`rmsweb_kedro.benchmarks_data.submission`, schema ``submission_schema``)."""
-    out = Path(out_dir)
-    shots_root = out / "screenshots"
-    submission = out / "online_mind2web"
-    episodes = [
-        EpisodeSpec(
-            key=task.id,
-            task=task,
-            max_steps=(step_limits or {}).get(task.source, max_steps),
-            trajectory_id=f"live__{task.id}",
-            screenshot_dir=str(shots_root / task.id),
-            relative_to=str(shots_root),
-            metadata={"benchmark": task.metadata.get("benchmark", task.source)},
-        )  # fmt: skip
-        for task in tasks
-    ]
-    results = run_rollouts(
-        episodes,
-        roles,
-        rollouts,
-        browsers=browsers,
-        browser=browser,
-        journal=journal,
-        settings=EpisodeSettings(critical=critical_points),
-        progress="live",
-    )
-    trajectories = [trajectory for (trajectory,) in results]
-    for task, trajectory in zip(tasks, trajectories, strict=True):
-        # The task's screenshot folder holds every page the episode saw, in order (an episode empties it first).
-        pages = sorted((shots_root / task.id).glob("*.png"))
-        try:
-            write_submission(trajectory, task, pages, submission, submission_schema)
-        except ValueError as err:  # a page missing from the episode: recorded, the run goes on
-            logger.error("live %s: no submission folder: %s", task.id, err)
-            trajectory.metadata["submission_error"] = str(err)
-        logger.info("live %s: success=%s (%s)", task.id, trajectory.success, trajectory.termination)
-    # Screenshot paths in the file are relative to its folder, as raw trajectory files require.
-    lines = [
-        t.model_copy(update={"steps": [_under(s, "screenshots") for s in t.steps]}) for t in trajectories
-    ]
-    (out / "trajectories.jsonl").write_text(
-        "".join(t.model_dump_json() + "\n" for t in lines), encoding="utf-8"
-    )
-    return trajectories
-
-
-def _under(step: Step, prefix: str) -> Step:
-    return step.model_copy(update={"screenshot": f"{prefix}/{step.screenshot}"}) if step.screenshot else step
 
 
 # ---------------------------------------------------------------- the ``live`` pipeline's nodes
@@ -337,14 +171,3 @@ def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFram
     )  # fmt: skip
     protocols = [protocol_label(results, name) for name in frame["benchmark"]]
     return with_counts(frame).with_columns(protocol=pl.Series(protocols, dtype=pl.String))
-
-
-def protocol_label(results: pl.DataFrame, benchmark: str) -> str:
-    """``official protocol`` only when every judged episode of ``benchmark`` used the benchmark's own prompts (or
-    a programmatic check); otherwise the number is not called official, and the label says why."""
-    sources = set(results.filter(pl.col("benchmark") == benchmark)["judge_prompt_source"].drop_nulls())
-    if not sources:
-        return "not judged"
-    if "project" in sources:
-        return "project wording, not the official protocol (fetch the official prompts: docs/evaluate.md)"
-    return "official protocol"
