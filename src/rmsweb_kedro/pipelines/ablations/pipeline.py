@@ -9,11 +9,11 @@ evaluate stage's builders (:class:`Reused`)."""
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial, update_wrapper
 
 from kedro.pipeline import Node, Pipeline, pipeline
 
 from rmsweb_kedro import reporting
+from rmsweb_kedro.pipelines import bind
 from rmsweb_kedro.pipelines.ablations import nodes
 
 #: (a) Collection modes at the same attempt budget, each corpus through trajectories -> sft_data -> SFT.
@@ -34,11 +34,6 @@ class Reused:
     stages: Mapping[str, Pipeline]
     model_evaluation: Callable[[dict[str, str]], Pipeline]
     report_nodes: Callable[[dict[str, str]], Pipeline]
-
-
-def _bind(func, **bound):
-    """``func`` with ``bound`` keyword arguments, keeping its name for Kedro's logs."""
-    return update_wrapper(partial(func, **bound), func)
 
 
 def _reuse(
@@ -81,7 +76,7 @@ def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
         params={"trajectories.raw_root": f"ablations.{variant}.trajectories.raw_root"},
     )
     describe = Node(
-        _bind(nodes.describe_collection_variant, variant=variant, mode=mode),
+        bind(nodes.describe_collection_variant, variant=variant, mode=mode),
         inputs=[
             f"ablations.{variant}.{name}" for name in ("collection_stats", "sft_states_train", "sft_metrics")
         ],
@@ -98,7 +93,7 @@ def _rl_variant(
     return _reuse(chain, variant, configured) + Pipeline(
         [
             Node(
-                _bind(nodes.describe_rl_variant, variant=variant, group=group, setting=setting),
+                bind(nodes.describe_rl_variant, variant=variant, group=group, setting=setting),
                 inputs=f"ablations.{variant}.salvage_ds_report",
                 outputs=f"ablations.{variant}.facts",
                 name="describe_variant",
@@ -160,7 +155,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
                     namespace="ablations",
                 ),
                 Node(
-                    _bind(nodes.describe_reference, variant=REFERENCE),
+                    bind(nodes.describe_reference, variant=REFERENCE),
                     inputs=["sft_states_train", "sft_metrics"],
                     outputs=f"ablations.{REFERENCE}.facts",
                     name="describe_variant",

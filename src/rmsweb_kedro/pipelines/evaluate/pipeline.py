@@ -2,20 +2,14 @@
 no parameters). ``model_evaluation`` and ``report_nodes`` are also handed to the ``ablations`` pipeline by the
 registry, which reuses them namespaced."""
 
-from functools import partial, update_wrapper
-
 from kedro.pipeline import Node, Pipeline
 
 from rmsweb_kedro import evaluation, evaluation_report, reporting
+from rmsweb_kedro.pipelines import bind
 from rmsweb_kedro.pipelines.evaluate import nodes
 
 #: Model label -> the checkpoint dataset evaluated under it.
 MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
-
-
-def _for_model(func, label: str):
-    """``func`` with ``model_name=label`` bound, keeping its name for Kedro's logs."""
-    return update_wrapper(partial(func, model_name=label), func)
 
 
 def model_evaluation(models: dict[str, str]) -> Pipeline:
@@ -26,13 +20,13 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
     for label, dataset in models.items():
         per_model += [
             Node(
-                _for_model(nodes.predict_offline, label),
+                bind(nodes.predict_offline, model_name=label),
                 inputs=["sft_states_val", dataset, "params:evaluate"],
                 outputs=f"offline_predictions_{label}",
                 name=f"predict_offline_{label}",
             ),
             Node(
-                _for_model(nodes.run_online, label),
+                bind(nodes.run_online, model_name=label),
                 inputs={
                     "sandbox_tasks": "sandbox_tasks",
                     "model": dataset,
