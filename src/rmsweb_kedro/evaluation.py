@@ -34,7 +34,7 @@ class _Params(BaseModel):  # every block of ``params:evaluate`` (conf/base/param
 
 class OfflineParams(_Params):
     max_states: int | None = Field(
-        default=32, ge=1, description="held-out states scored, drawn with the seed"
+        default=None, ge=1, description="held-out states scored, drawn with the seed (None: all)"
     )
 
 
@@ -42,7 +42,7 @@ class OnlineParams(_Params):
     enabled: bool = True  # false: no online episodes (the comparison's online columns stay empty)
     splits: list[str] = Field(default_factory=lambda: ["test"])
     held_out_sites: list[str] = Field(default_factory=lambda: ["hotels"])
-    max_tasks: int | None = Field(default=3, ge=1, description="tasks of the splits on the training sites")
+    max_tasks: int | None = Field(default=5, ge=1, description="tasks of the splits on the training sites")
     max_held_out_tasks: int | None = Field(default=1, ge=0, description="tasks of the held-out sites")
     runs: int = Field(default=2, ge=1, description="runs over the same tasks, averaged")
     max_steps: int = Field(default=14, ge=1)
