@@ -33,6 +33,13 @@ ITEMS = [
     "rug",
 ]
 COLOURS = ["blue", "red", "green", "black", "white", "yellow"]
+#: ``released_checkpoint``'s sizes (modeling.ModelSizeConfig): untied embeddings as the 8B, two deepstack layers
+#: fed from a 4-block vision tower, small enough for the multi-process tests.
+RELEASED_TINY = {
+    "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "head_dim": 16,
+    "tie_word_embeddings": False, "vision_depth": 4, "vision_hidden_size": 32, "vision_intermediate_size": 64,
+    "deepstack_visual_indexes": [1, 3],
+}  # fmt: skip
 
 
 def make_states(n_tasks: int = 40, seed: int = 0) -> list[dict]:
@@ -133,4 +140,6 @@ def released_checkpoint(tmp_path_factory, tiny_states) -> Path:
         for message in build_messages(state, PromptConfig(), with_reference=True)[0]
         for part in message["content"]
     ]
-    return write_released_layout(tmp_path_factory.mktemp("released") / "Qwen3-VL-tiny-Instruct", corpus)
+    return write_released_layout(
+        tmp_path_factory.mktemp("released") / "Qwen3-VL-tiny-Instruct", corpus, RELEASED_TINY
+    )

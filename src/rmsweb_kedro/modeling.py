@@ -166,48 +166,8 @@ RELEASED_GENERATION = {
 }
 
 
-class ReleasedLayoutConfig(BaseModel):
-    """Sizes of a random Qwen3-VL-Instruct written in the released layout (:func:`write_released_layout`).
-
-    The defaults are tiny (tests); ``benchmarks/gpu_check.py`` passes the 2B sizes. The architecture keys are the
-    released ones: a vision tower with deepstack layers, interleaved M-RoPE, untied embeddings (as the 8B), a
-    vocabulary padded beyond the tokenizer (151,936 rows for 151,669 tokens in the release)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    vocab_size: int = Field(default=1024, description="BPE vocabulary target (added tokens come after it)")
-    vocab_rows: int | None = Field(
-        default=None, description="embedding/LM-head rows; None: the tokenizer's size rounded up to 64"
-    )
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 16
-    tie_word_embeddings: bool = False
-    vision_depth: int = 4
-    vision_hidden_size: int = 32
-    vision_intermediate_size: int = 64
-    vision_heads: int = 2
-    deepstack_visual_indexes: list[int] = Field(default_factory=lambda: [1, 3])
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _deepstack_fits(self) -> ReleasedLayoutConfig:
-        # deepstack feature k is added to decoder layer k: more features than layers leave mergers unused
-        if len(self.deepstack_visual_indexes) > self.num_hidden_layers:
-            raise ValueError(
-                f"{len(self.deepstack_visual_indexes)} deepstack layers need at least as many decoder layers "
-                f"(num_hidden_layers={self.num_hidden_layers})"
-            )
-        if max(self.deepstack_visual_indexes, default=0) >= self.vision_depth:
-            raise ValueError(f"deepstack indexes {self.deepstack_visual_indexes} must be < vision_depth")
-        return self
-
-
 def released_layout_model(
-    corpus_texts: list[str], config: ReleasedLayoutConfig | dict[str, Any] | None = None, device: str = "cpu"
+    corpus_texts: list[str], config: ModelSizeConfig | dict[str, Any] | None = None, device: str = "cpu"
 ):
     """``(model, processor)``: a random Qwen3-VL-Instruct shaped like the released ones, built on ``device``:
     ``config`` with a vision tower with deepstack layers, M-RoPE and Qwen's token ids, a BPE tokenizer trained on
@@ -221,7 +181,7 @@ def released_layout_model(
         Qwen3VLForConditionalGeneration,
     )
 
-    config = ReleasedLayoutConfig.model_validate(config or {})
+    config = ModelSizeConfig.model_validate(config or {})
     tokenizer = train_tokenizer(corpus_texts, config.vocab_size, released_layout=True)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_ADDED_TOKENS}
     half = config.head_dim // 2  # the release's [24, 20, 20] for head_dim 128, scaled
@@ -260,7 +220,7 @@ def released_layout_model(
             "temporal_patch_size": RELEASED_IMAGE_PROCESSOR["temporal_patch_size"],
             "out_hidden_size": config.hidden_size,
             "num_position_embeddings": 2304,
-            "deepstack_visual_indexes": config.deepstack_visual_indexes,
+            "deepstack_visual_indexes": config.deepstack,
         },
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
@@ -286,7 +246,7 @@ def released_layout_model(
 
 
 def write_released_layout(
-    path: str | Path, corpus_texts: list[str], config: ReleasedLayoutConfig | dict[str, Any] | None = None
+    path: str | Path, corpus_texts: list[str], config: ModelSizeConfig | dict[str, Any] | None = None
 ) -> Path:
     """Save :func:`released_layout_model` as a checkpoint dir (the template also as ``chat_template.json``, as
     the release ships it) and return its path."""
@@ -306,29 +266,67 @@ class LoadedModel(NamedTuple):
     processor: Any
 
 
-class TinyModelConfig(BaseModel):
-    """The embedded default's size. These defaults build about 1.4M parameters at the full 2048-token vocabulary
-    (1.05M text with 4 layers, 0.38M vision); the default run uses 2 layers (conf/base/parameters_sft.yml ``tiny``)."""
+class ModelSizeConfig(BaseModel):
+    """The sizes of a Qwen3-VL built from scratch: the embedded default (:func:`build_tiny_model`) or a random
+    Qwen3-VL-Instruct in the released layout (:func:`released_layout_model`: the tests' fixture at tiny size,
+    ``benchmarks/gpu_check.py`` at 2B). The defaults are the embedded default's: about 1.4M parameters at the full
+    2048-token vocabulary (1.05M text with 4 layers, 0.38M vision); the default run uses 2 layers
+    (conf/base/parameters_sft.yml ``tiny``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    vocab_size: int = Field(default=2048, description="BPE vocabulary target, special tokens included")
+    vocab_size: int = Field(
+        default=2048,
+        description="BPE vocabulary target: the tiny default's special tokens included; the released layout adds "
+        "Qwen's added tokens after it",
+    )
+    vocab_rows: int | None = Field(
+        default=None,
+        description="released layout: embedding/LM-head rows (the release pads them, 151,936 rows for 151,669 "
+        "tokens); None: the tokenizer's size (rounded up to 64 in the released layout)",
+    )
     hidden_size: int = 128
+    intermediate_size: int = 384
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     head_dim: int = 32
-    intermediate_size: int = 384
+    tie_word_embeddings: bool = True
+    vision_depth: int = 2
+    vision_hidden_size: int = 64
+    vision_intermediate_size: int = 128
+    vision_heads: int = 2
+    deepstack_visual_indexes: list[int] | None = Field(
+        default=None, description="vision blocks whose features feed decoder layers 0, 1, ...; None: the last"
+    )
+    # The embedded default's own positions, RoPE and image processor; the released layout takes the release's
+    # (262,144 positions, theta 5e6, RELEASED_IMAGE_PROCESSOR).
     max_position_embeddings: int = 2048
     rope_theta: float = 10000.0
-    tie_word_embeddings: bool = True
-    vision_hidden_size: int = 64
-    vision_depth: int = 2
-    vision_heads: int = 2
-    vision_intermediate_size: int = 128
     vision_patch_size: int = 16
     image_max_pixels: int = Field(default=128 * 128, description="screenshots are resized below this")
     seed: int = 0
+
+    @property
+    def deepstack(self) -> list[int]:
+        """The deepstack vision blocks (:attr:`deepstack_visual_indexes`, or the last block)."""
+        return (
+            self.deepstack_visual_indexes
+            if self.deepstack_visual_indexes is not None
+            else [self.vision_depth - 1]
+        )
+
+    @model_validator(mode="after")
+    def _deepstack_fits(self) -> ModelSizeConfig:
+        # deepstack feature k is added to decoder layer k: more features than layers leave mergers unused
+        if len(self.deepstack) > self.num_hidden_layers:
+            raise ValueError(
+                f"{len(self.deepstack)} deepstack layers need at least as many decoder layers "
+                f"(num_hidden_layers={self.num_hidden_layers})"
+            )
+        if max(self.deepstack, default=0) >= self.vision_depth:
+            raise ValueError(f"deepstack indexes {self.deepstack} must be < vision_depth")
+        return self
 
 
 class LoadConfig(BaseModel):
@@ -537,19 +535,19 @@ def train_tokenizer(corpus_texts: list[str], vocab_size: int, released_layout: b
     return fast
 
 
-def build_tiny_model(corpus_texts: list[str], config: TinyModelConfig | dict[str, Any] | None = None):
+def build_tiny_model(corpus_texts: list[str], config: ModelSizeConfig | dict[str, Any] | None = None):
     """A tiny Qwen3-VL with a locally trained tokenizer: ``(model, processor)``; save both with ``save_pretrained``."""
     import torch
     from transformers import Qwen2VLImageProcessorPil, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    config = TinyModelConfig.model_validate(config or {})
+    config = ModelSizeConfig.model_validate(config or {})
     tokenizer = train_tokenizer(corpus_texts, config.vocab_size)
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
     half = config.head_dim // 2  # mrope sections (t, h, w) must sum to head_dim / 2
     mrope = [half - 2 * (half // 4), half // 4, half // 4]
     model_config = Qwen3VLConfig(
         text_config={
-            "vocab_size": len(tokenizer),
+            "vocab_size": config.vocab_rows or len(tokenizer),
             "hidden_size": config.hidden_size,
             "intermediate_size": config.intermediate_size,
             "num_hidden_layers": config.num_hidden_layers,
@@ -574,7 +572,7 @@ def build_tiny_model(corpus_texts: list[str], config: TinyModelConfig | dict[str
             "patch_size": config.vision_patch_size,
             "out_hidden_size": config.hidden_size,
             "num_position_embeddings": 256,
-            "deepstack_visual_indexes": [config.vision_depth - 1],
+            "deepstack_visual_indexes": config.deepstack,
         },
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],

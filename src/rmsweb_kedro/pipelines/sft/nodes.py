@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.modeling import LoadConfig, LoadedModel, TinyModelConfig
+from rmsweb_kedro.modeling import LoadConfig, LoadedModel, ModelSizeConfig
 from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import draw_states
 from rmsweb_kedro.training.sft import SFTConfig
@@ -36,7 +36,7 @@ class SFTParams(BaseModel):
 
     #: None: build the tiny default from ``tiny``; else load this checkpoint (e.g. Qwen3-VL-8B-Instruct).
     base_checkpoint: LoadConfig | None = None
-    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    tiny: ModelSizeConfig = Field(default_factory=ModelSizeConfig)
     training: SFTConfig
     augmentation: AugmentationParams = Field(default_factory=AugmentationParams)
     accuracy_states: int | None = Field(
