@@ -1,6 +1,8 @@
 """Screenshots reach the model in every training forward: the log-prob of the same reply changes when only the
-screenshot changes (SFT's loss, Salvage-DS's sampling prompt and training forward), on the released-layout fixture.
-LoRA from SFT into Salvage-DS keeps the adapter, and the KL reference is the policy with its adapter disabled."""
+screenshot changes (SFT's loss, Salvage-DS's sampling prompt and training forward, the sampler that mining's and
+evaluate's offline scoring share), on the released-layout fixture; evaluate's online episodes put the page's
+screenshot in the prompt (mining's online states: tests/mining/test_probing.py). LoRA from SFT into Salvage-DS
+keeps the adapter, and the KL reference is the policy with its adapter disabled."""
 
 from __future__ import annotations
 
@@ -116,3 +118,31 @@ def test_the_sampler_of_mining_evaluation_and_live_sees_the_image(released_check
         ((sample,),) = sample_replies(model, processor, [state], PROMPT, 1, greedy=True, max_new_tokens=2)
         firsts.append(sample.logprobs[0])
     assert abs(firsts[0] - firsts[1]) > 1e-4
+
+
+@pytest.mark.browser
+def test_evaluate_online_shows_the_page_screenshot_to_the_model(released_checkpoint, sandbox_task_list):
+    """evaluate's online stage in the real sandbox and Chromium, one decision on a task's first page, with the
+    screenshot and the tree, then with the tree alone: the screenshot adds exactly the 1280x800 page's 1,000 visual
+    tokens (80 x 50 patches of 16 pixels merged 2x2) and its vision start/end marks to the policy's prompt."""
+    from rmsweb_kedro.pipelines.evaluate.nodes import run_online
+    from rmsweb_kedro.schema import tasks_to_frame
+
+    task = min((t for t in sandbox_task_list if t.split == "test"), key=lambda t: t.id)
+    model = load_model({"path": str(released_checkpoint)})
+    prompt_tokens = {}
+    for name, observation in (("screenshot", ["screenshot", "axtree"]), ("tree", ["axtree"])):
+        params = {
+            "policy": {"prompt": {"observation": observation, "history_k": 1}, "max_new_tokens": 4},
+            "online": {
+                "max_tasks": 1,
+                "max_held_out_tasks": 0,
+                "runs": 1,
+                "max_steps": 1,
+                "held_out_sites": [],
+            },
+        }
+        (episode,) = run_online(tasks_to_frame([task]), model, params, name).to_dicts()
+        assert episode["n_steps"] == 1, episode
+        prompt_tokens[name] = episode["prompt_tokens"]
+    assert prompt_tokens["screenshot"] - prompt_tokens["tree"] == 1000 + 2

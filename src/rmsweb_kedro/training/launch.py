@@ -8,7 +8,8 @@ back as a :class:`~rmsweb_kedro.training.loop.LoopResult`. Checkpoints go to ``<
 process, so a launched run with ``loop.resume: true`` continues where an interrupted one stopped.
 
 Names shipped in ``conf/base/accelerate/``: ``single_gpu``, ``ddp`` (8 GPUs), ``fsdp2``, ``deepspeed_zero3``,
-``multi_node`` (2 x 8 GPUs, run on every machine), ``cpu_2proc`` (2 CPU processes, gloo: the tests).
+``multi_node`` (data parallel, 2 x 8 GPUs, run on every machine), ``multi_node_fsdp2`` (FSDP2, 2 x 8 GPUs),
+``cpu_2proc`` and ``cpu_2proc_fsdp2`` (2 CPU processes, gloo: the tests).
 """
 
 from __future__ import annotations
