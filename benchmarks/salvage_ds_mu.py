@@ -51,7 +51,9 @@ def main() -> None:
     p = SalvageDSParams(mode="salvage_ds", max_new_tokens=10, lam=1.0, competence="group")
     torch.manual_seed(123)
     before, _ = evaluate_competence(model, prepared, p, processor, prompt, n=16)
-    print(f"before: competence {before['competence']:.3f}, greedy {before['greedy_accuracy']:.3f}")
+    print(
+        f"before: competence {before['competence']:.3f}, greedy step success {before['step_success_rate']:.3f}"
+    )
     print("mu  seed  competence  greedy  clip_fraction  approx_kl_old  seconds")
     work = tempfile.mkdtemp(prefix="salvage_ds_mu_")
     for mu in args.mus:
@@ -70,7 +72,7 @@ def main() -> None:
             clip = sum(r["train/clip_fraction"] for r in result.history) / len(result.history)
             kl = sum(r["train/approx_kl_old"] for r in result.history) / len(result.history)
             print(
-                f"{mu:>2}  {seed:>4}  {after['competence']:>10.3f}  {after['greedy_accuracy']:>6.3f}"
+                f"{mu:>2}  {seed:>4}  {after['competence']:>10.3f}  {after['step_success_rate']:>6.3f}"
                 f"  {clip:>13.3f}  {kl:>13.4f}  {seconds:>7.1f}"
             )
 
