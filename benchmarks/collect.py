@@ -39,10 +39,11 @@ def main() -> None:
                 "n_envs": n_envs,
                 "progress": False,
                 "journal_path": str(Path(folder) / "journal.jsonl"),
+                "raw_root": str(Path(folder) / "raw"),
             }
             tasks = select_collection_tasks(frame, params)
             start = time.perf_counter()
-            log = collect_trajectories(tasks, params, 0, str(Path(folder) / "raw"))
+            log = collect_trajectories(tasks, params)
             wall = time.perf_counter() - start
         verified = int(log["success"].fill_null(False).sum())
         rate = verified / wall * 60

@@ -21,8 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.agents.factory import PolicySpec
 from rmsweb_kedro.reporting import wilson_interval
-from rmsweb_kedro.rollouts import trajectory_row
-from rmsweb_kedro.schema import draw_states
+from rmsweb_kedro.schema import draw_states, trajectory_row
 from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
 
 logger = logging.getLogger(__name__)

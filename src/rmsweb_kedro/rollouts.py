@@ -13,7 +13,7 @@ factories built where the browser lives). This module owns the rest:
 - the per-episode wall-time limit (:attr:`RolloutConfig.episode_time_limit_s`);
 - the :class:`Journal`: every finished episode is appended (fsync'd) by the driver as it arrives, so a killed run
   loses only the episodes in flight and a re-run with the same fingerprint resumes;
-- progress (a tqdm bar with the outcome tally) and the trajectory rows (:func:`trajectory_row`).
+- progress (a tqdm bar with the outcome tally); a trajectory's table row is :func:`schema.trajectory_row`.
 
 Invariant: each episode key is journaled at most once per fingerprint, and every finished episode is in the result
 exactly once, whichever backend ran it and however many workers died on the way.
@@ -630,32 +630,3 @@ def _outcome(trajectory: Trajectory) -> str:
     if trajectory.termination in ("env_error", "critical_point"):
         return trajectory.termination
     return "success" if trajectory.success else "failure"
-
-
-# ---------------------------------------------------------------- rows
-
-
-def trajectory_row(trajectory: Trajectory) -> dict[str, Any]:
-    """The columns every episode table shares (collection_log, online_episodes, live_results, mining's rollouts);
-    each table keeps the ones its schema names and adds its own."""
-    verdict = trajectory.verdict
-    return {
-        "trajectory_id": trajectory.id,
-        "task_id": trajectory.task_id,
-        "site": trajectory.site,
-        "mode": trajectory.mode,
-        "attempt": trajectory.attempt,
-        "success": trajectory.success,
-        "termination": trajectory.termination,
-        "n_steps": len(trajectory.steps),
-        "prompt_tokens": trajectory.usage.prompt_tokens,
-        "completion_tokens": trajectory.usage.completion_tokens,
-        "cost_usd": trajectory.cost_usd,
-        "wall_s": trajectory.metadata.get("wall_s", 0.0),
-        "reflections_seen": len(trajectory.reflections),
-        "reflection_after": trajectory.metadata.get("reflection_after"),
-        "judge": verdict.judge if verdict else None,
-        "judged_by": verdict.judged_by.model_dump_json() if verdict and verdict.judged_by else None,
-        "judge_reason": verdict.reason if verdict else None,
-        "critical_point": trajectory.metadata.get("critical_point"),
-    }

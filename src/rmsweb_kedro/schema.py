@@ -1,5 +1,8 @@
-"""Data contracts: Task, Observation, Step, Trajectory, and the polars schemas of the tables built from them
-(tasks, steps, trajectories, states). Tables a single stage owns keep their schema in that stage's module.
+"""Data contracts: Task, Observation, Step, Trajectory, and the polars schemas of the tables built from them that
+pass between stages (tasks, trajectories, steps, quarantine, collection_log, states), with the one conversion of
+each record to its row. Tables derived further keep their schema beside the code that computes them (scoring's
+scored states, mining's critical states, evaluate's predictions and episodes, the report's tables);
+docs/data_contracts.md describes them all.
 
 Raw trajectory files (``data/01_raw/trajectories/**.jsonl``) hold one :class:`Trajectory` a line, as JSON.
 Screenshot paths in a file are relative to that file's folder and must stay inside the raw data folder.
@@ -268,6 +271,27 @@ QUARANTINE_SCHEMA = pl.Schema(
     }
 )
 
+#: ``collection_log`` (the collect stage's, read by evaluate and ablations): one row per attempt of every mode,
+#: failed ones and environment errors too.
+COLLECTION_LOG_SCHEMA = pl.Schema(
+    {
+        "mode": pl.String,
+        "task_id": pl.String,
+        "site": pl.String,
+        "attempt": pl.Int32,
+        "success": pl.Boolean,  # null: environment error, never judged
+        "termination": pl.String,
+        "n_steps": pl.Int32,
+        "prompt_tokens": pl.Int64,
+        "completion_tokens": pl.Int64,
+        "cost_usd": pl.Float64,
+        "reflections_seen": pl.Int32,
+        "reflection_after": pl.String,
+        "partition": pl.String,  # the raw_trajectories partition, <mode>/<task id>__a<attempt>
+        "trajectory": pl.String,  # the Trajectory as JSON
+    }
+)
+
 TASK_SCHEMA = pl.Schema(
     {
         "id": pl.String,
@@ -285,27 +309,35 @@ TASK_SCHEMA = pl.Schema(
 )
 
 
-def trajectory_row(trajectory: Trajectory, source_file: str) -> dict[str, Any]:
-    """The ``trajectories`` table row of one trajectory."""
+def trajectory_row(trajectory: Trajectory, source_file: str | None = None) -> dict[str, Any]:
+    """The columns a trajectory gives every table of trajectories or episodes (``trajectories``, ``collection_log``,
+    evaluate's ``online_episodes``, ``live_results``, mining's rollouts); each table keeps the ones its schema names
+    and adds its own. ``source_file``: the raw file it was read from (``trajectories``)."""
     verdict = trajectory.verdict
     return {
         "trajectory_id": trajectory.id,
         "task_id": trajectory.task_id,
         "site": trajectory.site,
         "instruction": trajectory.instruction,
-        "attempt": trajectory.attempt,
         "mode": trajectory.mode,
+        "attempt": trajectory.attempt,
         "reflections": trajectory.reflections,
+        "reflections_seen": len(trajectory.reflections),
+        "reflection_after": trajectory.metadata.get("reflection_after"),
+        # a hand-written file may give the verdict alone
         "success": trajectory.success
         if trajectory.success is not None
         else (verdict.success if verdict else None),
         "judge": verdict.judge if verdict else None,
+        "judged_by": verdict.judged_by.model_dump_json() if verdict and verdict.judged_by else None,
         "judge_reason": verdict.reason if verdict else None,
         "termination": trajectory.termination,
+        "critical_point": trajectory.metadata.get("critical_point"),
         "n_steps": len(trajectory.steps),
         "prompt_tokens": trajectory.usage.prompt_tokens,
         "completion_tokens": trajectory.usage.completion_tokens,
         "cost_usd": trajectory.cost_usd,
+        "wall_s": trajectory.metadata.get("wall_s", 0.0),
         "producer": trajectory.producer,
         "source_file": source_file,
     }

@@ -18,8 +18,8 @@ from rmsweb_kedro import evaluation_report as report
 from rmsweb_kedro import reporting
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
-from rmsweb_kedro.pipelines.collect.nodes import LOG_SCHEMA, select_collection_tasks
-from rmsweb_kedro.schema import STATE_SCHEMA, tasks_to_frame
+from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
+from rmsweb_kedro.schema import COLLECTION_LOG_SCHEMA, STATE_SCHEMA, tasks_to_frame
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, merge_parameters
 from tests.fixtures_web import chromium_available
 
@@ -63,6 +63,9 @@ def test_variant_parameters_are_config_the_stage_then_the_budget_then_the_change
             and variant["collect"]["attempts"] == params["collect"]["attempts"]
         )
         assert variant["trajectories"]["raw_root"] == f"data/01_raw/ablations/collect_{mode}"
+        assert (
+            variant["collect"]["raw_root"] == variant["trajectories"]["raw_root"]
+        )  # screenshots beside the files
         assert variant["sft"]["training"]["loop"]["max_steps"] == 7
     assert ablations[FULL_CORPUS]["mining"]["rl_corpus"] == "full"
     assert ablations["evaluate"]["offline"]["max_states"] == 32
@@ -80,7 +83,7 @@ def test_reflection_steps_are_paired_on_tasks_both_modes_solved():
     ]  # fmt: skip
     log = pl.DataFrame(
         [{"mode": m, "task_id": t, "attempt": a, "success": ok, "n_steps": n} for m, t, a, ok, n in attempts],
-        schema={k: LOG_SCHEMA[k] for k in ("mode", "task_id", "attempt", "success", "n_steps")},
+        schema={k: COLLECTION_LOG_SCHEMA[k] for k in ("mode", "task_id", "attempt", "success", "n_steps")},
     )
     steps = {r["baseline"]: r for r in reporting.reflection_steps(log).iter_rows(named=True)}
     independent = steps["independent_retries"]
@@ -181,7 +184,7 @@ def ablation_run(tmp_path_factory, tiny_checkpoint, tiny_states, sandbox_task_li
         catalog["sft_states_val"] = states.filter(pl.col("task_id") >= "shop-030")
         catalog["sft_metrics"] = {"steps": 0}
         catalog["collection_stats"] = {}
-        catalog["collection_log"] = pl.DataFrame(schema=LOG_SCHEMA)
+        catalog["collection_log"] = pl.DataFrame(schema=COLLECTION_LOG_SCHEMA)
         pipelines = register_pipelines()
         recipe_tail = pipelines["mining"] + pipelines["salvage_ds"] + pipelines["evaluate"]
         SequentialRunner().run(recipe_tail + pipelines["ablations"], catalog)

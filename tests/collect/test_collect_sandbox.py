@@ -19,8 +19,8 @@ from rmsweb_kedro.agents.scripted import (
     ScriptedTeacher,
     TeacherImperfections,
 )
+from rmsweb_kedro.collection import JOURNAL_KEY, CollectParams
 from rmsweb_kedro.episodes import run_episode
-from rmsweb_kedro.pipelines.collect.collector import JOURNAL_KEY, CollectParams
 from rmsweb_kedro.pipelines.collect.nodes import (
     collect_trajectories,
     collection_stats,
@@ -121,6 +121,7 @@ def collect_params(tmp_path: Path, **overrides) -> dict:
         "n_envs": 2,
         "progress": False,
         "journal_path": str(tmp_path / "journal.jsonl"),
+        "raw_root": str(tmp_path / "raw"),
         "teacher": {"imperfections": ALWAYS_WRONG.model_dump()},
         **overrides,
     }
@@ -130,8 +131,8 @@ def test_collect_writes_every_attempt_resumes_and_summarises(sandbox_task_list, 
     tasks = [t for t in sandbox_task_list if t.split == "train" and t.site == "shop" and "cart" in t.id][:1]
     params = collect_params(tmp_path)
     selected = select_collection_tasks(tasks_to_frame(tasks), params)
-    raw_root = tmp_path / "raw"
-    log = collect_trajectories(selected, params, 0, str(raw_root))
+    raw_root = Path(params["raw_root"])
+    log = collect_trajectories(selected, params)
     # The always-wrong teacher fails every first attempt; only reflection retries recover, on the second.
     by_mode = {m: log.filter(pl.col("mode") == m) for m in params["modes"]}
     assert by_mode["single"]["attempt"].to_list() == [1]
@@ -158,7 +159,7 @@ def test_collect_writes_every_attempt_resumes_and_summarises(sandbox_task_list, 
 
     # A re-run finds every attempt in the journal and runs none.
     lines_before = Path(params["journal_path"]).read_text().count("\n")
-    again = collect_trajectories(selected, params, 0, str(raw_root))
+    again = collect_trajectories(selected, params)
     assert Path(params["journal_path"]).read_text().count("\n") == lines_before
     assert again.drop("trajectory").equals(log.drop("trajectory"))
 
@@ -171,7 +172,7 @@ from rmsweb_kedro.pipelines.collect.nodes import collect_trajectories, select_co
 import json
 params = json.loads(sys.argv[1])
 tasks = select_collection_tasks(tasks_to_frame(generate_tasks(SandboxParams())), params)
-collect_trajectories(tasks, params, 0, sys.argv[2])
+collect_trajectories(tasks, params)
 """
 
 
@@ -179,7 +180,7 @@ def test_kill_9_loses_only_episodes_in_flight(tmp_path):
     params = collect_params(tmp_path, max_tasks=3, modes=["single"], n_envs=1)
     journal = Path(params["journal_path"])
     process = subprocess.Popen(
-        [sys.executable, "-c", KILL_SCRIPT, json.dumps(params), str(tmp_path / "raw")], start_new_session=True
+        [sys.executable, "-c", KILL_SCRIPT, json.dumps(params)], start_new_session=True
     )
     try:
         deadline = time.monotonic() + 120
@@ -192,7 +193,7 @@ def test_kill_9_loses_only_episodes_in_flight(tmp_path):
     kept = Journal(journal, CollectParams(**params).fingerprint(), key=JOURNAL_KEY).load()
     assert 1 <= len(kept) < 3
     tasks = select_collection_tasks(tasks_to_frame(generate_tasks(SandboxParams())), params)
-    log = collect_trajectories(tasks, params, 0, str(tmp_path / "raw"))
+    log = collect_trajectories(tasks, params)
     assert log.height == 3
     finished = Journal(journal, CollectParams(**params).fingerprint(), key=JOURNAL_KEY).load()
     for key, entry in kept.items():  # nothing that finished before the kill was run again
@@ -242,8 +243,8 @@ def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(
 ):
     """The teacher's longer ways (type then click Search; an unnecessary Job type filter) still succeed, are not
     undone by shortening, and once a reflection names them the retry takes the reference's length."""
-    from rmsweb_kedro.pipelines.trajectories.nodes import shorten_trajectories
     from rmsweb_kedro.schema import step_row, trajectory_row
+    from rmsweb_kedro.shortening import shorten
 
     task = next(t for t in sandbox_task_list if t.metadata["template"] == "job_salary" and t.split == "train")
     judge = SandboxJudge(sandbox_server.session_state)
@@ -251,7 +252,7 @@ def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(
     slow = run_episode(browser_env, task, ScriptedTeacher(0, longer), judge, max_steps=30)
     assert slow.success is True
     assert len(slow.steps) == len(task.reference_solution) + 2  # one step more for each longer way
-    trajectories, steps = shorten_trajectories(
+    trajectories, steps = shorten(
         pl.DataFrame([trajectory_row(slow, "f.jsonl")]), pl.DataFrame([step_row(slow, s) for s in slow.steps])
     )
     assert trajectories["n_steps"].to_list() == [len(slow.steps)]  # nothing revisited: nothing to remove

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
-from rmsweb_kedro.pipelines.collect.collector import JOURNAL_KEY, CollectParams
+from rmsweb_kedro.collection import JOURNAL_KEY, CollectParams
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.pipelines.collect.pipeline import create_pipeline
 from rmsweb_kedro.rollouts import Journal
@@ -38,7 +38,9 @@ def test_every_dataset_is_declared_and_parameters_validate():
     assert "raw_trajectories" in pipeline.all_outputs() and "sandbox_tasks" in pipeline.inputs()
     params = CollectParams(**parameters["collect"])
     assert params.corpus_modes == ["reflection_retries"] and not params.reflections_in_training_prompt
-    assert "seed" in parameters["sandbox"] and "raw_root" in parameters["trajectories"]
+    # the shared values (globals.yml) reach collect through its own parameters, as they reach the other stages
+    assert params.raw_root == parameters["trajectories"]["raw_root"] == "data/01_raw/trajectories"
+    assert params.sandbox_seed == parameters["sandbox"]["seed"]
     for name in ("collection_log", "collection_stats", "collection_plot"):
         assert catalog[name]["metadata"]["kedro-viz"]["layer"]
 

@@ -137,7 +137,7 @@ def test_comparison_table_per_model():
 
 def collect_log(attempts: list[tuple[str, str, int, bool, int]]) -> pl.DataFrame:
     """A hand-made collection log in the collect pipeline's own schema (the joint with collect)."""
-    from rmsweb_kedro.pipelines.collect.nodes import LOG_SCHEMA
+    from rmsweb_kedro.schema import COLLECTION_LOG_SCHEMA
 
     return pl.DataFrame(
         [
@@ -145,7 +145,7 @@ def collect_log(attempts: list[tuple[str, str, int, bool, int]]) -> pl.DataFrame
              "n_steps": steps, "prompt_tokens": 10, "completion_tokens": 1, "cost_usd": 0.0}
             for mode, task, a, ok, steps in attempts
         ],
-        schema=LOG_SCHEMA,
+        schema=COLLECTION_LOG_SCHEMA,
     )  # fmt: skip
 
 

@@ -62,14 +62,12 @@ def test_judge_agreement_pipeline_end_to_end(sandbox_task_list, tiny_checkpoint,
     collect = {
         "max_tasks": 1, "modes": ["single", "reflection_retries"], "corpus_modes": ["single", "reflection_retries"],
         "attempts": 2, "n_envs": 1, "progress": False, "journal_path": str(tmp_path / "journal.jsonl"),
+        "raw_root": str(tmp_path / "raw"),
         "browser": {"viewport": [320, 200]},  # small pages: few image tokens for the CPU judge
         "teacher": {"imperfections": {"mistake_probs": {"choose_option": 1.0, "pick_item": 1.0},
                                       "self_correct_prob": 0.0}},
     }  # fmt: skip
-    raw_root = tmp_path / "raw"
-    log = collect_trajectories(
-        select_collection_tasks(tasks_to_frame(tasks), collect), collect, 0, str(raw_root)
-    )
+    log = collect_trajectories(select_collection_tasks(tasks_to_frame(tasks), collect), collect)
     assert sorted(log["success"].to_list()) == [False, False, True]
 
     # conf/base's catalog entries and parameters, paths and the judge endpoint pointed at the test's.
@@ -89,8 +87,8 @@ def test_judge_agreement_pipeline_end_to_end(sandbox_task_list, tiny_checkpoint,
             "official_prompts": None,
             "max_tokens": 4,
         }
+        params["judge_agreement"]["raw_root"] = collect["raw_root"]
         catalog["params:judge_agreement"] = MemoryDataset(params["judge_agreement"])
-        catalog["params:trajectories.raw_root"] = MemoryDataset(str(raw_root))
         catalog["endpoint_credentials"] = MemoryDataset({})  # the endpoint above needs no key
         SequentialRunner().run(register_pipelines()["judge_agreement"], catalog)
         requests = list(server.requests)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from kedro.io import AbstractDataset
 
+from rmsweb_kedro.ingest import IngestAccountingError
 from rmsweb_kedro.pipelines.trajectories.nodes import (
-    IngestAccountingError,
     plot_shortening,
     report_ingest,
     report_shortening,

@@ -24,9 +24,8 @@ from rmsweb_kedro.rollouts import (
     RolloutConfig,
     RolloutError,
     run_rollouts,
-    trajectory_row,
 )
-from rmsweb_kedro.schema import Element, Observation
+from rmsweb_kedro.schema import Element, Observation, trajectory_row
 from tests.fixtures_web import chromium_available
 
 REPO = Path(__file__).resolve().parents[2]

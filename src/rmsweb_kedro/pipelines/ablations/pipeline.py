@@ -41,15 +41,13 @@ def _reuse(
     variant: str,
     configured: tuple[str, ...],
     replaced: dict[str, str] | None = None,
-    params: dict[str, str] | None = None,
 ) -> Pipeline:
-    """``stage`` under ``ablations.<variant>``: the ``configured`` parameters are the variant's, ``params`` maps
-    others to given config keys, the rest are the stage's own; free inputs are the default run's datasets unless
-    ``replaced`` names another."""
+    """``stage`` under ``ablations.<variant>``: the ``configured`` parameters are the variant's, the rest are the
+    stage's own; free inputs are the default run's datasets unless ``replaced`` names another."""
     namespace = f"ablations.{variant}"
     free = stage.inputs()
     own = {name.removeprefix("params:") for name in free if name.startswith("params:")}
-    mapped = {name: f"{namespace}.{name}" if name in configured else name for name in own} | (params or {})
+    mapped = {name: f"{namespace}.{name}" if name in configured else name for name in own}
     return pipeline(
         stage,
         namespace=namespace,
@@ -72,8 +70,6 @@ def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
         variant,
         ("collect", "trajectories", "sft"),
         replaced={"sandbox_tasks": "ablations.collection_pool"},
-        # collect saves screenshots under the variant's raw folder (catalog_ablations.yml), not the default's
-        params={"trajectories.raw_root": f"ablations.{variant}.trajectories.raw_root"},
     )
     describe = Node(
         bind(nodes.describe_collection_variant, variant=variant, mode=mode),

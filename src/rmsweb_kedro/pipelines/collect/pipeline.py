@@ -25,8 +25,6 @@ def create_pipeline(**kwargs) -> Pipeline:
                 inputs={
                     "tasks": "collection_tasks",
                     "params": "params:collect",
-                    "sandbox_seed": "params:sandbox.seed",
-                    "raw_root": "params:trajectories.raw_root",
                     "rollouts": "params:rollouts",
                     "credentials": "endpoint_credentials",
                 },

@@ -24,6 +24,7 @@ class JudgeAgreementParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    raw_root: str = "data/01_raw/trajectories"  # where collect kept each episode's pages (globals.yml)
     #: The LLM judge measured: kind webjudge or webvoyager with an OpenAI-compatible endpoint.
     judge: JudgeSpecConfig = Field(default_factory=lambda: JudgeSpecConfig(kind="webjudge"))
     policy_column: str = "mode"  # the collection_log column telling the policies apart
@@ -77,11 +78,10 @@ def judge_episodes(
     sample: pl.DataFrame,
     sandbox_tasks: pl.DataFrame,
     params: dict[str, Any],
-    raw_root: str,
     credentials: Credentials | None = None,
 ) -> pl.DataFrame:
     """The configured LLM judge on every sampled episode, shown what it would be shown live: the task text, the
-    episode's steps and its pages (the screenshots collect kept under ``raw_root/<partition>``, in order). A reply
+    episode's steps and its pages (the screenshots collect kept under ``<raw_root>/<partition>``, in order). A reply
     the judge cannot use is its failure verdict, as the benchmarks score it, and is flagged in ``judge_error``.
     ``credentials``: Kedro's (``endpoint_credentials``), for the judge endpoint."""
     from tqdm.auto import tqdm
@@ -103,7 +103,7 @@ def judge_episodes(
                 f"judge_agreement: task {row['task_id']!r} of {row['episode_id']} is not in sandbox_tasks"
             )
         trajectory = Trajectory.model_validate_json(row["trajectory"])
-        pages = sorted((Path(raw_root) / row["partition"]).glob("*.png"))
+        pages = sorted((Path(p.raw_root) / row["partition"]).glob("*.png"))
         context = {"screenshots": [str(page) for page in pages]}
         verdict, usage = judge.judge(
             tasks[row["task_id"]], trajectory.steps, final_answer(trajectory.steps), context

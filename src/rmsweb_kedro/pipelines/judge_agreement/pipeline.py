@@ -21,7 +21,6 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "sample": "judge_agreement_sample",
                     "sandbox_tasks": "sandbox_tasks",
                     "params": "params:judge_agreement",
-                    "raw_root": "params:trajectories.raw_root",
                     "credentials": "endpoint_credentials",
                 },
                 outputs="judge_agreement_verdicts",

@@ -286,8 +286,8 @@ def probe_online(
     from rmsweb_kedro.agents.scripted import SandboxJudge
     from rmsweb_kedro.mining import divergence_states
     from rmsweb_kedro.prompts import PromptConfig
-    from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts, trajectory_row
-    from rmsweb_kedro.schema import tasks_from_frame
+    from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
+    from rmsweb_kedro.schema import tasks_from_frame, trajectory_row
     from rmsweb_kedro.web.sandbox import SandboxParams
 
     config = MiningParams.model_validate(params)
