@@ -262,3 +262,36 @@ def test_namespaced_outputs_and_consistent_counts(ablation_run):
         assert reflection["this_run"] == pytest.approx(expected["steps_saved_pct"][0])
     else:
         assert reflection["this_run"] is None and "not measured" in reflection["measured_as"]
+
+
+def test_the_report_section_states_the_budget_it_is_given():
+    from rmsweb_kedro.pipelines.ablations import nodes
+
+    steps = reporting.reflection_steps(pl.DataFrame(schema=LOG_SCHEMA))
+    section = nodes.ablation_section(pl.DataFrame({"variant": ["rl_grpo"]}), steps, 40, 120, 24, online=False)
+    assert section.startswith("## Ablations")
+    assert (
+        "collection on 40 tasks per mode, SFT 120 steps per corpus, Salvage-DS 24 steps per variant"
+        in section
+    )
+    assert "(online evaluation off in this run)" in section and "| rl_grpo |" in section
+
+
+def test_every_parameter_the_ablations_read_is_in_the_config():
+    params = OmegaConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS)["parameters"]
+
+    def present(dotted: str) -> bool:
+        value = params
+        for key in dotted.split("."):
+            if not isinstance(value, dict) or key not in value:
+                return False
+            value = value[key]
+        return True
+
+    wanted = {
+        i.removeprefix("params:")
+        for i in register_pipelines()["ablations"].inputs()
+        if i.startswith("params:")
+    }
+    assert {"ablations.budget.sft.training.loop.max_steps", "ablations.evaluate.online.enabled"} <= wanted
+    assert [name for name in sorted(wanted) if not present(name)] == []

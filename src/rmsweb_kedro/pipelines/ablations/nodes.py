@@ -105,23 +105,28 @@ def ablation_table(comparison: pl.DataFrame, *facts: dict[str, Any]) -> pl.DataF
     return joined.select(TABLE_COLUMNS)
 
 
-def ablation_section(table: pl.DataFrame, steps: pl.DataFrame, params: dict[str, Any]) -> str:
-    """The report's "Ablations" section (markdown): the table, the paired reflection-steps table, the budget and
-    the plot."""
-    budget = params.get("budget", {})
-    online = budget.get("evaluate", {}).get("online", {})
+def ablation_section(
+    table: pl.DataFrame,
+    steps: pl.DataFrame,
+    collect_tasks: int,
+    sft_steps: int,
+    salvage_ds_steps: int,
+    online: bool,
+) -> str:
+    """The report's "Ablations" section (markdown): the table, the paired reflection-steps table, the budget
+    (``ablations.budget``: tasks collected per mode, SFT and Salvage-DS steps per variant; whether the variants were
+    evaluated online) and the plot."""
     return "\n\n".join(
         [
             "## Ablations",
             "Each variant is a stage of the recipe re-run under the namespace `ablations.<variant>` with one "
             "setting changed (`kedro run --pipelines ablations`; docs/ablations.md). Rates in %. **Budgets are "
             "smaller than the default run's** (conf/base/parameters_ablations.yml `ablations.budget`): "
-            f"collection on {budget.get('collect', {}).get('max_tasks')} tasks per mode, SFT "
-            f"{budget.get('sft', {}).get('training', {}).get('loop', {}).get('max_steps')} steps per corpus, "
-            f"Salvage-DS {budget.get('salvage_ds', {}).get('loop', {}).get('max_steps')} steps per variant; "
+            f"collection on {collect_tasks} tasks per mode, SFT {sft_steps} steps per corpus, "
+            f"Salvage-DS {salvage_ds_steps} steps per variant; "
             "`train_steps` is what each run did. Offline metrics are on the same held-out states for every "
             "variant (`n_states`); online success is k/n judged episodes with its Wilson interval"
-            + ("" if online.get("enabled", True) else " (online evaluation off in this run)")
+            + ("" if online else " (online evaluation off in this run)")
             + ".",
             ablation_markdown(table).strip(),
             "### Reflection steps saved (the collection-mode ablation, paired on the tasks both modes solved)",

@@ -194,7 +194,14 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
                 ),
                 Node(
                     nodes.ablation_section,
-                    inputs=["ablation_comparison", "ablations.reflection_steps", "params:ablations"],
+                    inputs={
+                        "table": "ablation_comparison",
+                        "steps": "ablations.reflection_steps",
+                        "collect_tasks": "params:ablations.budget.collect.max_tasks",
+                        "sft_steps": "params:ablations.budget.sft.training.loop.max_steps",
+                        "salvage_ds_steps": "params:ablations.budget.salvage_ds.loop.max_steps",
+                        "online": "params:ablations.evaluate.online.enabled",
+                    },
                     outputs="ablations.report_section",
                     name="report_section",
                     namespace="ablations",
