@@ -64,7 +64,7 @@ class CostModel(_Params):
 
 
 class Claim(_Params):
-    key: str  # what this run measures for it (a key of report.measures)
+    key: str  # what this run measures for it (a key of evaluation_report.measures)
     claim: str
     paper: str  # the paper's figure, as published
     paper_low: float | None = None  # the published range in the measure's unit, for the direction check
