@@ -267,7 +267,7 @@ def test_namespaced_outputs_and_consistent_counts(ablation_run):
 def test_the_report_section_states_the_budget_it_is_given():
     from rmsweb_kedro.pipelines.ablations import nodes
 
-    steps = reporting.reflection_steps(pl.DataFrame(schema=LOG_SCHEMA))
+    steps = reporting.reflection_steps(pl.DataFrame(schema=COLLECTION_LOG_SCHEMA))
     section = nodes.ablation_section(pl.DataFrame({"variant": ["rl_grpo"]}), steps, 40, 120, 24, online=False)
     assert section.startswith("## Ablations")
     assert (
