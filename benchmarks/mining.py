@@ -26,7 +26,7 @@ def one_by_one(policy, states: pl.DataFrame, params) -> None:
     from rmsweb_kedro.mining import Sample, parse_history, reference_action, score_state
 
     for row in states.iter_rows(named=True):
-        samples = [policy.sample([row], n=1, greedy=False)[0][0] for _ in range(params.k)]
+        samples = [policy.sample([row], n=1, greedy=False)[0][0] for _ in range(params.scoring.k)]
         (best,) = policy.sample([row], n=1, greedy=True)[0]
         score_state(
             [Sample(s.action, s.error) for s in samples],
@@ -75,8 +75,13 @@ def main() -> None:
     print(f"{states.height} states, max_new_tokens={args.max_new_tokens}, {args.threads} threads")
     print(f"{'K':>3} {'batched states/s':>17} {'one-by-one states/s':>20} {'ratio':>6}")
     for k in (4, 8):
-        params = MiningParams(k=k, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
-        policy = load_policy(model, params, prompt.model_dump())
+        params = MiningParams.model_validate(
+            {
+                "scoring": {"k": k, "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens},
+                "policy": {"prompt": prompt.model_dump()},
+            }
+        )
+        policy = load_policy(model, params)
         started = time.perf_counter()
         probe_states(policy, states, params, progress=False)
         batched = states.height / (time.perf_counter() - started)

@@ -140,7 +140,7 @@ def _add_parameters(catalog: DataCatalog, params: dict, prefix: str = "") -> Non
 
 
 TINY = {
-    "mining": {"k": 2, "max_states_probed": 12, "online": {"rollouts": 0}, "batch_size": 12},
+    "mining": {"scoring": {"k": 2, "batch_size": 12}, "max_states_probed": 12, "online": {"rollouts": 0}},
     "salvage_ds": {"loop": {"max_steps": 1, "batch_size": 2, "max_seconds": None, "progress": False},
                    "algorithm": {"group_size": 2, "max_new_tokens": 12}, "max_eval_states": 2, "eval_samples": 1},
     "evaluate": {"offline": {"max_states": 4}, "policy": {"max_new_tokens": 16},

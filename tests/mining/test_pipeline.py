@@ -30,16 +30,15 @@ def mining_run(tmp_path_factory, tiny_states, tiny_checkpoint):
         entry["filepath"] = str(root / entry["filepath"])
     catalog = DataCatalog.from_config(config)
     params = {
-        "k": K, "max_new_tokens": 8, "batch_size": 4, "max_states_probed": 4, "competence_threshold": 0.5,
-        "ballast_share": 0.25, "online": {"rollouts": 0},
+        "scoring": {"k": K, "max_new_tokens": 8, "batch_size": 4}, "max_states_probed": 4,
+        "competence_threshold": 0.5, "ballast_share": 0.25, "online": {"rollouts": 0},
+        "policy": {"prompt": {"observation": ["axtree"], "history_k": 3}},
     }  # fmt: skip
     inputs = {
         "sft_states_train": pl.DataFrame(tiny_states, schema=STATE_SCHEMA),
         "sft_model": load_model({"path": str(tiny_checkpoint)}),
         "sandbox_tasks": pl.DataFrame(),
         "params:mining": params,
-        "params:sft.training.prompt": {"observation": ["axtree"], "history_k": 3},
-        "params:sandbox": {"seed": 0},
         "params:rollouts": {},
     }
     for name, data in inputs.items():
@@ -93,3 +92,23 @@ def test_full_corpus_switch(mining_run):
     full = select_critical_states(offline, online, {**params, "rl_corpus": "full"})
     assert full.height == offline.height and (full["selection"] == "full").all()
     assert full.schema == CRITICAL_STATE_SCHEMA
+
+
+def test_parameters_carry_the_shared_values_and_compose_the_scoring_config():
+    """conf/base's ``mining`` validates; the prompt and the sandbox seed are globals.yml's (as SFT and collect read
+    them), the scoring block is scoring.ScoringConfig seeded by the stage unless it names a seed, and k >= 1."""
+    from kedro.config import OmegaConfigLoader
+
+    from rmsweb_kedro.pipelines.mining.nodes import MiningParams
+    from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
+
+    conf = Path(__file__).parents[2] / "conf"
+    loader = OmegaConfigLoader(str(conf), **{**CONFIG_LOADER_ARGS, "default_run_env": "base"})
+    parameters = loader["parameters"]
+    config = MiningParams.model_validate(parameters["mining"])
+    assert config.policy.prompt == parameters["sft"]["training"]["prompt"]
+    assert config.online.sandbox_seed == parameters["sandbox"]["seed"]
+    assert (config.scoring.k, config.scoring.seed) == (4, config.seed)
+    assert MiningParams.model_validate({"seed": 3, "scoring": {"k": 2, "seed": 5}}).scoring.seed == 5
+    with pytest.raises(ValueError, match="mining.scoring.k is 0: .* k >= 1"):
+        MiningParams.model_validate({"scoring": {"k": 0}})

@@ -22,16 +22,11 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
     monkeypatch.chdir(tmp_path)  # no image_root: the row's screenshot is relative to the working directory
     task = next(t for t in mining_tasks if t.site == WEAK_SITE)
     params = {
-        "k": 2, "max_new_tokens": 8,
+        "scoring": {"k": 2, "max_new_tokens": 8},
         "online": {"rollouts": 1, "max_steps": 3, "screenshot_root": "mining/online_screenshots"},
     }  # fmt: skip
     probes, rollouts = probe_online(
-        tasks_to_frame([task]),
-        reference_states,
-        load_model({"path": str(tiny_checkpoint)}),
-        params,
-        {},
-        {"seed": 0},
+        tasks_to_frame([task]), reference_states, load_model({"path": str(tiny_checkpoint)}), params
     )
     assert {k: rollouts[k] for k in ("rollouts", "failure", "diverged")} == {
         "rollouts": 1,
@@ -61,11 +56,11 @@ def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
     from rmsweb_kedro.pipelines.mining.nodes import prepare_corpus, probe_offline, select_critical_states
 
     params = {
-        "k": 4, "max_new_tokens": 48, "batch_size": 16, "max_states_probed": None, "competence_threshold": 0.5,
-        "ballast_share": 0.0, "online": {"rollouts": 0},
+        "scoring": {"k": 4, "max_new_tokens": 48, "batch_size": 16}, "max_states_probed": None,
+        "competence_threshold": 0.5, "ballast_share": 0.0, "online": {"rollouts": 0},
     }  # fmt: skip
     corpus = prepare_corpus(reference_states, params)
-    probes = probe_offline(corpus, load_model({"path": str(weak_policy_dir)}), params, {})
+    probes = probe_offline(corpus, load_model({"path": str(weak_policy_dir)}), params)
     mined = select_critical_states(
         probes, probes.clear().with_columns(pl.lit("online").alias("source")), params
     )
@@ -99,15 +94,13 @@ def test_online_state_shows_its_screenshot_to_the_model(
     prompt = {"observation": ["screenshot", "axtree"], "image_root": str(tmp_path / "raw")}
     shots = tmp_path / "mining" / "online_screenshots"
     params = {
-        "k": 1,
-        "max_new_tokens": 4,
+        "scoring": {"k": 1, "max_new_tokens": 4},
+        "policy": {"prompt": prompt},
         "online": {"rollouts": 1, "max_steps": 2, "screenshot_root": str(shots)},
     }
     task = next(t for t in mining_tasks if t.site == WEAK_SITE)
     model, processor = load_model({"path": str(released_checkpoint)})
-    probes, counts = probe_online(
-        tasks_to_frame([task]), reference_states, (model, processor), params, prompt, {"seed": 0}
-    )
+    probes, counts = probe_online(tasks_to_frame([task]), reference_states, (model, processor), params)
     assert counts["diverged"] == 1 and probes.height == 1
     row = probes.row(0, named=True)
     assert row["screenshot"] == f"../mining/online_screenshots/mining-online__{task.id}/step_000.png"

@@ -30,7 +30,7 @@ from rmsweb_kedro.agents.scripted import TeacherImperfections
 
 class PolicySpec(BaseModel):
     """``policy:``: which policy acts and how it is reached. ``prompt`` must be what the checkpoint was trained with
-    (``${globals:policy_prompt}``); stages that read the SFT prompt elsewhere pass it to :func:`build_policy`."""
+    (every stage's ``policy.prompt`` is ``${globals:policy_prompt}``)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.factory import PolicySpec
 from rmsweb_kedro.mining import (
@@ -25,6 +25,7 @@ from rmsweb_kedro.mining import (
 )
 from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import STATE_SCHEMA, conform_states
+from rmsweb_kedro.scoring import ScoringConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,23 +40,22 @@ class OnlineParams(BaseModel):
     envs: int = Field(default=1, ge=1, description="browsers rolling out at once (params:rollouts backend)")
     split: str = "train"
     headless: bool = True
+    sandbox_seed: int = 0  # the sandbox world served (the one the tasks were generated for; globals.yml)
     #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
     #: like corpus states: their ``screenshot`` is the path from the prompt's ``image_root`` to the file
     screenshot_root: str = "data/07_model_output/mining/online_screenshots"
 
 
 class MiningParams(BaseModel):
-    """``params:mining``; every knob of probing and selection."""
+    """``params:mining`` (conf/base/parameters_mining.yml); every knob of probing and selection."""
 
     model_config = ConfigDict(extra="forbid")
 
-    k: int = Field(default=4, ge=1, description="sampled actions per state for competence")
-    temperature: float = Field(default=1.0, gt=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    max_new_tokens: int = Field(default=48, ge=1)
-    batch_size: int = Field(default=16, ge=1, description="states per generate call (each repeated k times)")
-    #: the SFT policy: kind hf (sft_model in this process) or openai (it served); its batch_size and
-    #: max_new_tokens are the two above.
+    #: how a probed state is scored: ``k`` sampled actions for competence (at least one), their sampling, the
+    #: batch, the repeat window of the failure modes; its ``seed`` is the stage's unless the block names one
+    scoring: ScoringConfig = Field(default_factory=lambda: ScoringConfig(k=4))
+    #: the SFT policy: kind hf (sft_model in this process) or openai (it served), with the prompt SFT trained
+    #: with; its batch_size and max_new_tokens are the scoring block's.
     policy: PolicySpec = Field(default_factory=PolicySpec)
     competence_threshold: float = Field(
         default=0.5, gt=0, le=1, description="critical: competence below this"
@@ -68,26 +68,34 @@ class MiningParams(BaseModel):
     max_states_probed: int | None = Field(
         default=200, ge=1, description="offline states probed, drawn at random"
     )
-    repeat_window: int = Field(default=1, ge=0)
     rl_corpus: Literal["mined", "full"] = "mined"
     seed: int = 0
     online: OnlineParams = Field(default_factory=OnlineParams)
 
+    @model_validator(mode="after")
+    def _scoring_samples(self) -> MiningParams:
+        if self.scoring.k < 1:
+            raise ValueError(
+                f"mining.scoring.k is {self.scoring.k}: competence is the share of k sampled actions, so k >= 1"
+            )
+        if self.scoring.seed is None:
+            self.scoring = self.scoring.model_copy(update={"seed": self.seed})
+        return self
 
-def load_policy(sft_model: Any, params: MiningParams, prompt: dict[str, Any], greedy: bool = False):
+
+def load_policy(sft_model: Any, params: MiningParams, greedy: bool = False):
     """The SFT policy ``params.policy`` asks for (agents.factory.build_policy: ``hf`` over ``sft_model``, a
     ``(model, processor)`` pair or a checkpoint directory, or ``openai``, it served), prompting exactly as SFT
-    trained it (``prompt``: ``params:sft.training.prompt``); ``greedy`` is how it acts in rollouts, probing chooses
-    per call."""
+    trained it (``policy.prompt``: ``${globals:policy_prompt}``); ``greedy`` is how it acts in rollouts, probing
+    chooses per call."""
     from rmsweb_kedro.agents.factory import build_policy
 
+    scoring = params.scoring
     # batch_size states of k samples each in one generate call (or that many requests at once)
     spec = params.policy.model_copy(
-        update={"batch_size": params.batch_size * params.k, "max_new_tokens": params.max_new_tokens}
+        update={"batch_size": scoring.batch_size * scoring.k, "max_new_tokens": scoring.max_new_tokens}
     )
-    return build_policy(
-        spec, sft_model, prompt=prompt, greedy=greedy, temperature=params.temperature, top_p=params.top_p
-    )
+    return build_policy(spec, sft_model, greedy=greedy, temperature=scoring.temperature, top_p=scoring.top_p)
 
 
 def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
@@ -109,13 +117,9 @@ def probe_states(
     """``states`` with the probe columns: K samples and the greedy action per state, scored by
     :func:`rmsweb_kedro.scoring.score_states` (competence and failure mode from them). Unparseable reference
     actions raise naming the state."""
-    from rmsweb_kedro.scoring import ScoringConfig, score_states
+    from rmsweb_kedro.scoring import score_states
 
-    scoring = ScoringConfig(
-        k=params.k, temperature=params.temperature, top_p=params.top_p, max_new_tokens=params.max_new_tokens,
-        batch_size=params.batch_size, seed=params.seed, repeat_window=params.repeat_window,
-    )  # fmt: skip
-    scored = score_states(states.to_dicts(), policy, scoring, progress=progress)
+    scored = score_states(states.to_dicts(), policy, params.scoring, progress=progress)
     probes = scored.select(
         "n_samples",
         "competence",
@@ -132,19 +136,21 @@ def _probe_schema() -> pl.Schema:
     return pl.Schema({name: MINED_COLUMNS[name] for name in names})
 
 
-def probe_offline(
-    corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any], prompt: dict[str, Any]
-) -> pl.DataFrame:
+def probe_offline(corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any]) -> pl.DataFrame:
     """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed); the other rows keep null
     probe columns. Adds ``source = "offline"``."""
     config = MiningParams.model_validate(params)
     n_probed = min(corpus.height, config.max_states_probed or corpus.height)
     chosen = corpus.with_row_index("_row").sample(n=n_probed, seed=config.seed, shuffle=True)
     started = time.perf_counter()
-    probed = probe_states(load_policy(sft_model, config, prompt), chosen.drop("_row"), config)
+    probed = probe_states(load_policy(sft_model, config), chosen.drop("_row"), config)
     elapsed = time.perf_counter() - started
     logger.info(
-        "probed %d states in %.1f s (%.2f states/s, K=%d)", n_probed, elapsed, n_probed / elapsed, config.k
+        "probed %d states in %.1f s (%.2f states/s, K=%d)",
+        n_probed,
+        elapsed,
+        n_probed / elapsed,
+        config.scoring.k,
     )
     probed = probed.with_columns(chosen["_row"])
     rest = corpus.with_row_index("_row").join(chosen.select("_row"), on="_row", how="anti")
@@ -274,12 +280,10 @@ def probe_online(
     references: pl.DataFrame,
     sft_model: Any,
     params: dict[str, Any],
-    prompt: dict[str, Any],
-    sandbox_params: dict[str, Any],
     rollouts: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
-    reference, in the real sandbox (served with ``sandbox.seed``, the world the tasks were made for) on the
+    reference, in the real sandbox (served with ``online.sandbox_seed``, the world the tasks were made for) on the
     ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
     action, probed like an offline state (its screenshot kept under ``online.screenshot_root``). Returns the
     probed states and the rollouts' counts."""
@@ -288,7 +292,6 @@ def probe_online(
     from rmsweb_kedro.prompts import PromptConfig
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
     from rmsweb_kedro.schema import tasks_from_frame, trajectory_row
-    from rmsweb_kedro.web.sandbox import SandboxParams
 
     config = MiningParams.model_validate(params)
     empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **_probe_schema()}), "online")
@@ -306,9 +309,9 @@ def probe_online(
     import random
 
     tasks = random.Random(config.seed).sample(candidates, min(config.online.rollouts, len(candidates)))
-    policy = load_policy(sft_model, config, prompt, greedy=True)
+    policy = load_policy(sft_model, config, greedy=True)
     shots = Path(config.online.screenshot_root).resolve()
-    image_root = Path(PromptConfig.model_validate(prompt).image_root or ".").resolve()
+    image_root = Path(PromptConfig.model_validate(config.policy.prompt).image_root or ".").resolve()
     episodes = [
         EpisodeSpec(
             key=task.id,
@@ -328,7 +331,7 @@ def probe_online(
             rollouts,
             browsers=config.online.envs,
             browser={"headless": config.online.headless},
-            sandbox_seed=SandboxParams.model_validate(sandbox_params).seed,
+            sandbox_seed=config.online.sandbox_seed,
             progress="policy rollouts",
         )
     ]

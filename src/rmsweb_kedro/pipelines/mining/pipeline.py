@@ -16,7 +16,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             ),
             Node(
                 nodes.probe_offline,
-                inputs=["mining_corpus", "sft_model", "params:mining", "params:sft.training.prompt"],
+                inputs=["mining_corpus", "sft_model", "params:mining"],
                 outputs="mining_offline_probes",
                 name="probe_offline",
             ),
@@ -27,8 +27,6 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "references": "sft_states_train",
                     "sft_model": "sft_model",
                     "params": "params:mining",
-                    "prompt": "params:sft.training.prompt",
-                    "sandbox_params": "params:sandbox",
                     "rollouts": "params:rollouts",
                 },
                 outputs=["mining_online_probes", "mining_online_rollouts"],
