@@ -1,122 +1,42 @@
-"""Nodes of ``sft_data``: successful trajectories -> one policy state per step, split by task, with stats."""
+"""Nodes of ``sft_data``: successful trajectories -> one policy state per step, split by task, with stats (the
+library: :mod:`rmsweb_kedro.states`)."""
 
 from __future__ import annotations
 
-import hashlib
-import logging
-from collections import Counter
 from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.prompts import PromptConfig, build_messages, reference_reply
-from rmsweb_kedro.schema import STATE_SCHEMA, STEP_SCHEMA, TRAJECTORY_SCHEMA
-
-logger = logging.getLogger(__name__)
+from rmsweb_kedro import states
+from rmsweb_kedro.prompts import PromptConfig
 
 
 class SFTDataParams(BaseModel):
-    """The ``sft_data`` parameters."""
+    """``params:sft_data`` (conf/base/parameters_sft_data.yml)."""
 
     model_config = ConfigDict(extra="forbid")
 
     val_fraction: float = Field(default=0.2, ge=0, lt=1, description="share of tasks held out")
     seed: int = 0
-    #: The prompt the stats measure; keep it equal to sft.training.prompt.
+    #: The prompt the stats measure: globals.yml's policy_prompt, the one SFT trains with.
     prompt: PromptConfig = Field(default_factory=PromptConfig)
 
 
-def _require_columns(frame: pl.DataFrame, schema: pl.Schema, name: str) -> None:
-    missing = [c for c in schema.names() if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{name}: missing columns {missing} (expected schema.{name.upper()}_SCHEMA)")
-
-
 def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataFrame) -> pl.DataFrame:
-    """One STATE row per step of each successful trajectory: what the teacher saw and the action it took.
-
-    ``previous_actions`` holds every earlier action (the prompt shows the last k). A step whose action did not
-    parse cannot be a target; it is an error in a successful trajectory, so it stops the run with its ids.
-    """
-    _require_columns(shortened_trajectories, TRAJECTORY_SCHEMA, "trajectory")
-    _require_columns(shortened_steps, STEP_SCHEMA, "step")
-    successful = shortened_trajectories.filter(pl.col("success").fill_null(False))
-    steps = shortened_steps.join(
-        successful.select("trajectory_id", "site", "instruction"), on="trajectory_id"
-    ).sort("trajectory_id", "index")
-    unparsed = steps.filter(pl.col("action").is_null())
-    if unparsed.height:
-        first = unparsed.row(0, named=True)
-        raise ValueError(
-            f"shortened_steps: {unparsed.height} step(s) of successful trajectories have no action, e.g. "
-            f"trajectory {first['trajectory_id']!r} step {first['index']} (field 'action')"
-        )
-    states = steps.with_columns(
-        pl.concat_str("trajectory_id", pl.lit(":"), pl.col("index").cast(pl.String)).alias("state_id"),
-        pl.col("index").cast(pl.Int32).alias("step_index"),
-        pl.col("action").cum_count().over("trajectory_id").alias("_n"),
-        pl.col("action").implode().over("trajectory_id").alias("_actions"),
-        pl.col("thought").alias("reference_thought"),
-        pl.col("action").alias("reference_action"),
-        pl.col("equivalent_actions").fill_null([]),
-    ).with_columns(pl.col("_actions").list.head(pl.col("_n") - 1).alias("previous_actions"))
-    states = states.select(STATE_SCHEMA.names()).cast(dict(STATE_SCHEMA))
-    logger.info(
-        "%d states from %d successful trajectories (of %d)",
-        states.height,
-        successful.height,
-        shortened_trajectories.height,
-    )
-    return states
+    """One STATE row per step of each successful trajectory; a step of a successful trajectory whose action did
+    not parse stops the run with its ids (:func:`rmsweb_kedro.states.from_trajectories`)."""
+    return states.from_trajectories(shortened_trajectories, shortened_steps)
 
 
-def _task_rank(task_id: str, seed: int) -> str:
-    return hashlib.sha256(f"{seed}:{task_id}".encode()).hexdigest()
-
-
-def split_by_task(states: pl.DataFrame, params: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Train and val states with no task on both sides: a seeded hash order of task ids, the first
-    ``val_fraction`` of tasks (at least one when there are two or more) held out."""
+def split_by_task(sft_states: pl.DataFrame, params: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Train and val states with no task on both sides (``val_fraction`` of the tasks held out, seeded)."""
     config = SFTDataParams.model_validate(params)
-    tasks = sorted(states["task_id"].unique().to_list(), key=lambda t: _task_rank(t, config.seed))
-    n_val = round(len(tasks) * config.val_fraction)
-    if config.val_fraction > 0 and len(tasks) >= 2:
-        n_val = max(1, n_val)
-    val_tasks = tasks[:n_val]
-    is_val = pl.col("task_id").is_in(val_tasks)
-    train, val = states.filter(~is_val), states.filter(is_val)
-    logger.info(
-        "split by task: %d train states (%d tasks), %d val states (%d tasks)",
-        train.height,
-        len(tasks) - n_val,
-        val.height,
-        n_val,
-    )
-    return train, val
+    return states.split_by_task(sft_states, config.val_fraction, config.seed)
 
 
 def describe_states(train: pl.DataFrame, val: pl.DataFrame, params: dict[str, Any]) -> dict[str, Any]:
-    """Samples, tasks, approximate tokens (4 characters a token: the tokenizer is built later, in ``sft``) and the
-    share of observations cut to the prompt's budget. ``sft_metrics`` has the exact token counts."""
+    """Samples, tasks, approximate tokens and the truncation rate of each split under the prompt (``sft_metrics``
+    has the exact token counts); raises when a task is on both sides."""
     config = SFTDataParams.model_validate(params)
-    stats: dict[str, Any] = {"prompt": config.prompt.model_dump()}
-    for name, frame in (("train", train), ("val", val)):
-        rows = frame.to_dicts()
-        built = [build_messages(row, config.prompt, with_reference=True) for row in rows]
-        chars = [sum(len(p.get("text", "")) for m in msgs for p in m["content"]) for msgs, _ in built]
-        target_chars = [len(reference_reply(row, config.prompt)) for row in rows]
-        stats[name] = {
-            "samples": len(rows),
-            "tasks": frame["task_id"].n_unique(),
-            "trajectories": frame["trajectory_id"].n_unique(),
-            "approx_tokens": sum(chars) // 4,
-            "approx_target_tokens": sum(target_chars) // 4,
-            "mean_approx_tokens": (sum(chars) / 4 / len(rows)) if rows else 0.0,
-            "truncation_rate": (sum(info["truncated"] for _, info in built) / len(rows)) if rows else 0.0,
-            "action_types": dict(Counter(row["reference_action"].split("(")[0] for row in rows)),
-        }
-    overlap = set(train["task_id"].to_list()) & set(val["task_id"].to_list())
-    if overlap:
-        raise ValueError(f"tasks on both sides of the split: {sorted(overlap)[:5]}")
-    return stats
+    return states.describe(train, val, config.prompt)
