@@ -40,7 +40,7 @@ def main() -> None:
     import torch
 
     from rmsweb_kedro.modeling import build_tiny_model, load_model
-    from rmsweb_kedro.pipelines.mining.nodes import MiningParams, load_policy, probe_states
+    from rmsweb_kedro.probing import MiningParams, load_policy, probe_states
     from rmsweb_kedro.prompts import PromptConfig, build_messages
     from rmsweb_kedro.schema import STATE_SCHEMA
 

@@ -99,7 +99,7 @@ def test_parameters_carry_the_shared_values_and_compose_the_scoring_config():
     them), the scoring block is scoring.ScoringConfig seeded by the stage unless it names a seed, and k >= 1."""
     from kedro.config import OmegaConfigLoader
 
-    from rmsweb_kedro.pipelines.mining.nodes import MiningParams
+    from rmsweb_kedro.probing import MiningParams
     from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 
     conf = Path(__file__).parents[2] / "conf"

@@ -1,101 +1,29 @@
 """Nodes of the ``mining`` pipeline: probe the SFT policy offline (K samples on corpus states) and online (rollouts
-in the sandbox), keep the critical states, summarise failure modes. The pure rules live in ``rmsweb_kedro.mining``.
+in the sandbox), keep the critical states, summarise failure modes. Probing is :mod:`rmsweb_kedro.probing`, the
+rules :mod:`rmsweb_kedro.mining`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.agents.factory import PolicySpec
+from rmsweb_kedro import probing
 from rmsweb_kedro.mining import (
     CRITICAL_STATE_SCHEMA,
-    MINED_COLUMNS,
     FailureMode,
     concentration,
     deduplicate_states,
     select_states,
     unseen_states,
 )
+from rmsweb_kedro.probing import MiningParams
 from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import STATE_SCHEMA, conform_states
-from rmsweb_kedro.scoring import ScoringConfig
+from rmsweb_kedro.schema import STATE_SCHEMA, conform_states, tasks_from_frame
 
 logger = logging.getLogger(__name__)
-
-
-class OnlineParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    rollouts: int = Field(
-        default=4, ge=0, description="policy rollouts on train tasks (0: no online probing)"
-    )
-    max_steps: int = Field(default=12, ge=1)
-    envs: int = Field(default=1, ge=1, description="browsers rolling out at once (params:rollouts backend)")
-    split: str = "train"
-    headless: bool = True
-    sandbox_seed: int = 0  # the sandbox world served (the one the tasks were generated for; globals.yml)
-    #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
-    #: like corpus states: their ``screenshot`` is the path from the prompt's ``image_root`` to the file
-    screenshot_root: str = "data/07_model_output/mining/online_screenshots"
-
-
-class MiningParams(BaseModel):
-    """``params:mining`` (conf/base/parameters_mining.yml); every knob of probing and selection."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    #: how a probed state is scored: ``k`` sampled actions for competence (at least one), their sampling, the
-    #: batch, the repeat window of the failure modes; its ``seed`` is the stage's unless the block names one
-    scoring: ScoringConfig = Field(default_factory=lambda: ScoringConfig(k=4))
-    #: the SFT policy: kind hf (sft_model in this process) or openai (it served), with the prompt SFT trained
-    #: with; its batch_size and max_new_tokens are the scoring block's.
-    policy: PolicySpec = Field(default_factory=PolicySpec)
-    competence_threshold: float = Field(
-        default=0.5, gt=0, le=1, description="critical: competence below this"
-    )
-    ballast_share: float = Field(
-        default=0.2, ge=0, lt=1, description="share of routine states in the mined set"
-    )
-    cap: int | None = Field(default=2000, ge=1, description="most states in the mined set")
-    dedup: bool = True
-    max_states_probed: int | None = Field(
-        default=200, ge=1, description="offline states probed, drawn at random"
-    )
-    rl_corpus: Literal["mined", "full"] = "mined"
-    seed: int = 0
-    online: OnlineParams = Field(default_factory=OnlineParams)
-
-    @model_validator(mode="after")
-    def _scoring_samples(self) -> MiningParams:
-        if self.scoring.k < 1:
-            raise ValueError(
-                f"mining.scoring.k is {self.scoring.k}: competence is the share of k sampled actions, so k >= 1"
-            )
-        if self.scoring.seed is None:
-            self.scoring = self.scoring.model_copy(update={"seed": self.seed})
-        return self
-
-
-def load_policy(sft_model: Any, params: MiningParams, greedy: bool = False):
-    """The SFT policy ``params.policy`` asks for (agents.factory.build_policy: ``hf`` over ``sft_model``, a
-    ``(model, processor)`` pair or a checkpoint directory, or ``openai``, it served), prompting exactly as SFT
-    trained it (``policy.prompt``: ``${globals:policy_prompt}``); ``greedy`` is how it acts in rollouts, probing
-    chooses per call."""
-    from rmsweb_kedro.agents.factory import build_policy
-
-    scoring = params.scoring
-    # batch_size states of k samples each in one generate call (or that many requests at once)
-    spec = params.policy.model_copy(
-        update={"batch_size": scoring.batch_size * scoring.k, "max_new_tokens": scoring.max_new_tokens}
-    )
-    return build_policy(spec, sft_model, greedy=greedy, temperature=scoring.temperature, top_p=scoring.top_p)
 
 
 def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
@@ -111,55 +39,25 @@ def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame
     return corpus
 
 
-def probe_states(
-    policy: Any, states: pl.DataFrame, params: MiningParams, progress: bool = True
-) -> pl.DataFrame:
-    """``states`` with the probe columns: K samples and the greedy action per state, scored by
-    :func:`rmsweb_kedro.scoring.score_states` (competence and failure mode from them). Unparseable reference
-    actions raise naming the state."""
-    from rmsweb_kedro.scoring import score_states
-
-    scored = score_states(states.to_dicts(), policy, params.scoring, progress=progress)
-    probes = scored.select(
-        "n_samples",
-        "competence",
-        pl.col("predicted_action").alias("greedy_action"),
-        "step_success",
-        "failure_mode",
-        "sampled_actions",
-    )
-    return pl.concat([states, probes], how="horizontal").cast(dict(_probe_schema()))
-
-
-def _probe_schema() -> pl.Schema:
-    names = ("n_samples", "competence", "greedy_action", "step_success", "failure_mode", "sampled_actions")
-    return pl.Schema({name: MINED_COLUMNS[name] for name in names})
-
-
 def probe_offline(corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any]) -> pl.DataFrame:
-    """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed); the other rows keep null
-    probe columns. Adds ``source = "offline"``."""
+    """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed) with the SFT policy; the
+    other rows keep null probe columns (:func:`rmsweb_kedro.probing.probe_corpus`)."""
     config = MiningParams.model_validate(params)
-    n_probed = min(corpus.height, config.max_states_probed or corpus.height)
-    chosen = corpus.with_row_index("_row").sample(n=n_probed, seed=config.seed, shuffle=True)
-    started = time.perf_counter()
-    probed = probe_states(load_policy(sft_model, config), chosen.drop("_row"), config)
-    elapsed = time.perf_counter() - started
-    logger.info(
-        "probed %d states in %.1f s (%.2f states/s, K=%d)",
-        n_probed,
-        elapsed,
-        n_probed / elapsed,
-        config.scoring.k,
-    )
-    probed = probed.with_columns(chosen["_row"])
-    rest = corpus.with_row_index("_row").join(chosen.select("_row"), on="_row", how="anti")
-    return (
-        pl.concat([probed, rest], how="diagonal_relaxed")
-        .sort("_row")
-        .drop("_row")
-        .with_columns(pl.lit("offline").alias("source"))
-    )
+    return probing.probe_corpus(corpus, sft_model, config)
+
+
+def probe_online(
+    sandbox_tasks: pl.DataFrame,
+    references: pl.DataFrame,
+    sft_model: Any,
+    params: dict[str, Any],
+    rollouts: dict[str, Any] | None = None,
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Greedy rollouts of the SFT policy in the sandbox on tasks with a successful reference; the first divergence
+    of each failed rollout is a probed STATE row (:func:`rmsweb_kedro.probing.probe_online`). Returns the probed
+    states and the rollouts' counts."""
+    config = MiningParams.model_validate(params)
+    return probing.probe_online(tasks_from_frame(sandbox_tasks), references, sft_model, config, rollouts)
 
 
 def select_critical_states(
@@ -269,76 +167,3 @@ def report_mining(
         },
         "online_rollouts": online_stats,
     }
-
-
-def _with_mining_columns(probed: pl.DataFrame, source: str) -> pl.DataFrame:
-    return probed.with_columns(pl.lit(1, pl.Int32).alias("n_copies"), pl.lit(source).alias("source"))
-
-
-def probe_online(
-    sandbox_tasks: pl.DataFrame,
-    references: pl.DataFrame,
-    sft_model: Any,
-    params: dict[str, Any],
-    rollouts: dict[str, Any] | None = None,
-) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
-    reference, in the real sandbox (served with ``online.sandbox_seed``, the world the tasks were made for) on the
-    ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
-    action, probed like an offline state (its screenshot kept under ``online.screenshot_root``). Returns the
-    probed states and the rollouts' counts."""
-    from rmsweb_kedro.agents.scripted import SandboxJudge
-    from rmsweb_kedro.mining import divergence_states
-    from rmsweb_kedro.prompts import PromptConfig
-    from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
-    from rmsweb_kedro.schema import tasks_from_frame, trajectory_row
-
-    config = MiningParams.model_validate(params)
-    empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **_probe_schema()}), "online")
-    referenced = set(references["task_id"].unique().to_list())
-    candidates = [
-        t for t in tasks_from_frame(sandbox_tasks) if t.split == config.online.split and t.id in referenced
-    ]
-    if config.online.rollouts == 0 or not candidates:
-        logger.info(
-            "online probing skipped: %d rollouts asked, %d tasks with references",
-            config.online.rollouts,
-            len(candidates),
-        )
-        return empty, {"rollouts": 0}
-    import random
-
-    tasks = random.Random(config.seed).sample(candidates, min(config.online.rollouts, len(candidates)))
-    policy = load_policy(sft_model, config, greedy=True)
-    shots = Path(config.online.screenshot_root).resolve()
-    image_root = Path(PromptConfig.model_validate(config.policy.prompt).image_root or ".").resolve()
-    episodes = [
-        EpisodeSpec(
-            key=task.id,
-            task=task,
-            max_steps=config.online.max_steps,
-            trajectory_id=f"mining-online__{task.id}",
-            screenshot_dir=str(shots / f"mining-online__{task.id}"),
-            relative_to=str(shots),
-        )
-        for task in tasks
-    ]
-    trajectories = [
-        trajectory
-        for (trajectory,) in run_rollouts(
-            episodes,
-            Roles(agent=lambda _seed: policy, judge=lambda server: SandboxJudge(server.session_state)),
-            rollouts,
-            browsers=config.online.envs,
-            browser={"headless": config.online.headless},
-            sandbox_seed=config.online.sandbox_seed,
-            progress="policy rollouts",
-        )
-    ]
-    prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
-    states, counts = divergence_states(trajectories, {t.id: t for t in tasks}, references, prefix)
-    probed = _with_mining_columns(probe_states(policy, states, config), "online") if states.height else empty
-    columns = ("trajectory_id", "task_id", "success", "termination", "n_steps")
-    per_rollout = [{k: v for k, v in trajectory_row(r).items() if k in columns} for r in trajectories]
-    logger.info("online probing: %s", counts)
-    return probed, {**counts, "episodes": per_rollout}
