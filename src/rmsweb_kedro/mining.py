@@ -357,6 +357,38 @@ def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshol
 
 # ---------------------------------------------------------------- online: first divergence from a reference
 
+
+def failure_mode_table(probed: pl.DataFrame, env_failed: int, competence_threshold: float) -> pl.DataFrame:
+    """Per source (offline, online) and failure mode, every mode listed with zeros included: the number of critical
+    states among ``probed`` (competence below the threshold), their share of the source's critical states and their
+    mean competence. ``env_failed`` online rollouts the environment failed leave no state; they are the online
+    ``environment_error`` count."""
+    critical = probed.filter(
+        pl.col("competence").is_not_null() & (pl.col("competence") < competence_threshold)
+    )
+    grid = pl.DataFrame(
+        [(source, mode.value) for source in ("offline", "online") for mode in FailureMode],
+        schema={"source": pl.String, "failure_mode": pl.String},
+        orient="row",
+    )
+    counts = critical.group_by("source", "failure_mode").agg(
+        pl.len().alias("n_states"), pl.col("competence").mean().alias("mean_competence")
+    )
+    if env_failed:
+        env_row = {
+            "source": "online",
+            "failure_mode": FailureMode.ENVIRONMENT_ERROR.value,
+            "n_states": env_failed,
+        }
+        counts = pl.concat([counts, pl.DataFrame([env_row])], how="diagonal_relaxed")
+    table = grid.join(counts, on=["source", "failure_mode"], how="left").with_columns(
+        pl.col("n_states").fill_null(0).cast(pl.Int64)
+    )
+    return table.with_columns(
+        (pl.col("n_states") / pl.col("n_states").sum().over("source")).fill_nan(0.0).alias("share")
+    ).select("source", "failure_mode", "n_states", "share", "mean_competence")
+
+
 _SPACE = re.compile(r"\s+")
 
 

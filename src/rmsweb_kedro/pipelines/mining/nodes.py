@@ -16,6 +16,7 @@ from rmsweb_kedro.mining import (
     FailureMode,
     concentration,
     deduplicate_states,
+    failure_mode_table,
     select_states,
     unseen_states,
 )
@@ -89,34 +90,11 @@ def summarize_failure_modes(
     offline: pl.DataFrame, online: pl.DataFrame, online_rollouts: dict[str, Any], params: dict[str, Any]
 ) -> pl.DataFrame:
     """``failure_modes``: per source and failure mode (every mode listed, zeros included), the number of critical
-    states, their share of the source's critical states and mean competence. The online ``environment_error`` row
-    counts the rollouts the environment failed (they leave no state)."""
+    states, their share of the source's critical states and mean competence (:func:`mining.failure_mode_table`);
+    the online ``environment_error`` row counts the rollouts the environment failed."""
     config = MiningParams.model_validate(params)
-    probed = pl.concat([offline, online], how="diagonal_relaxed").filter(
-        pl.col("competence").is_not_null() & (pl.col("competence") < config.competence_threshold)
-    )
-    grid = pl.DataFrame(
-        [(source, mode.value) for source in ("offline", "online") for mode in FailureMode],
-        schema={"source": pl.String, "failure_mode": pl.String},
-        orient="row",
-    )
-    counts = probed.group_by("source", "failure_mode").agg(
-        pl.len().alias("n_states"), pl.col("competence").mean().alias("mean_competence")
-    )
-    env_failed = online_rollouts.get("env_error", 0)
-    if env_failed:
-        env_row = {
-            "source": "online",
-            "failure_mode": FailureMode.ENVIRONMENT_ERROR.value,
-            "n_states": env_failed,
-        }
-        counts = pl.concat([counts, pl.DataFrame([env_row])], how="diagonal_relaxed")
-    table = grid.join(counts, on=["source", "failure_mode"], how="left").with_columns(
-        pl.col("n_states").fill_null(0).cast(pl.Int64)
-    )
-    return table.with_columns(
-        (pl.col("n_states") / pl.col("n_states").sum().over("source")).fill_nan(0.0).alias("share")
-    ).select("source", "failure_mode", "n_states", "share", "mean_competence")
+    probed = pl.concat([offline, online], how="diagonal_relaxed")
+    return failure_mode_table(probed, online_rollouts.get("env_error", 0), config.competence_threshold)
 
 
 def plot_failure_modes(failure_modes: pl.DataFrame):
