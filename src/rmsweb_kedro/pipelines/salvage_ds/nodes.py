@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import conform_states
+from rmsweb_kedro.schema import conform_states, draw_states
+from rmsweb_kedro.states import split_by_task as states_split_by_task
 from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import SalvageDSParams
 
@@ -41,19 +41,9 @@ class SalvageDSNodeParams(BaseModel):
 def split_by_task(
     states: pl.DataFrame, held_out_fraction: float, seed: int
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``(train, held_out)``: whole tasks are held out, so no held-out state shares a task with a trained one.
+    """``(train, held_out)`` critical states, whole tasks held out (``states.split_by_task``, as sft_data splits).
     Tables from before a STATE_SCHEMA column existed get its default (``schema.conform_states``)."""
-    states = conform_states(states, "critical_states")
-    tasks = sorted(states["task_id"].unique().to_list())
-    random.Random(seed).shuffle(tasks)
-    n_held = int(len(tasks) * held_out_fraction) if len(tasks) > 1 else 0
-    held = set(tasks[:n_held])
-    is_held = pl.col("task_id").is_in(list(held))
-    return states.filter(~is_held), states.filter(is_held)
-
-
-def _sample(rows: list[dict], limit: int | None, seed: int) -> list[dict]:
-    return rows if limit is None or len(rows) <= limit else random.Random(seed).sample(rows, limit)
+    return states_split_by_task(conform_states(states, "critical_states"), held_out_fraction, seed)
 
 
 def train_rmsweb_model(
@@ -87,9 +77,9 @@ def train_rmsweb_model(
         shutil.rmtree(output_dir)
     train_rows = train.to_dicts()
     splits = {
-        "train": _sample(train_rows, config.max_eval_states, config.seed),
-        "held_out": _sample(held_out.to_dicts(), config.max_eval_states, config.seed),
-        "val": _sample(val_states.to_dicts(), config.max_val_states, config.seed),
+        "train": draw_states(train, config.max_eval_states, config.seed).to_dicts(),
+        "held_out": draw_states(held_out, config.max_eval_states, config.seed).to_dicts(),
+        "val": draw_states(val_states, config.max_val_states, config.seed).to_dicts(),
     }
     report["states"]["scored"] = {split: len(rows) for split, rows in splits.items()}
     competence = competence_eval_fn(
