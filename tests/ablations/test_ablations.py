@@ -51,9 +51,9 @@ def test_variant_parameters_are_config_the_stage_then_the_budget_then_the_change
             "algorithm"
         ]  # the same sampled-action budget for every mode
         assert variant["algorithm"] == {**params["salvage_ds"]["algorithm"], **budget, "mode": mode}
-        assert variant["loop"]["max_steps"] == ablations["budget"]["salvage_ds"]["loop"]["max_steps"] == 24
+        assert variant["loop"]["max_steps"] == ablations["budget"]["salvage_ds"]["loop"]["max_steps"] == 48
         assert variant["loop"]["output_dir"] == f"data/06_models/ablations/rl_{mode}/salvage_ds_run"
-        assert variant["loop"]["lr"] == 0.5 and params["salvage_ds"]["loop"]["max_steps"] != 24
+        assert variant["loop"]["lr"] == 0.5 and params["salvage_ds"]["loop"]["max_steps"] != 48
         assert variant["prompt"] == params["salvage_ds"]["prompt"]  # untouched keys are the stage's own
     for mode in COLLECTION_MODES:
         variant = ablations[f"collect_{mode}"]
