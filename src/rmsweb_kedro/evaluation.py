@@ -83,6 +83,11 @@ class EvaluateParams(_Params):
     cost: CostModel = Field(default_factory=CostModel)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     seed: int = 0
+    bootstrap_resamples: int = Field(
+        default=2000,
+        ge=100,
+        description="resamples of the report's paired bootstrap intervals (seeded with seed)",
+    )
     claims: list[Claim] = Field(default_factory=list)
     figures: dict[str, str] = Field(default_factory=dict)  # plot name -> file name beside the report
 
@@ -299,6 +304,18 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
         "cost_per_task_usd": float(episodes["cost_usd"].mean()) if episodes.height else None,
         "wall_s_per_task": float(episodes["wall_s"].mean()) if episodes.height else None,
     }
+
+
+def paired_outcomes(episodes: pl.DataFrame, first: str, second: str) -> tuple[int, int, int, int]:
+    """The paired 2x2 table of two models' online episodes over the same episodes, ``(both succeed, only first,
+    only second, neither)``: rows paired by ``(task_id, run)``; a pair where either episode was an environment error
+    (success null: not judged) is left out, so the counts sum to the pairs judged for both."""
+    judged = episodes.filter(pl.col("success").is_not_null()).select("model", "task_id", "run", "success")
+    pairs = judged.filter(pl.col("model") == first).join(
+        judged.filter(pl.col("model") == second), on=["task_id", "run"], suffix="_b"
+    )
+    a, b = pairs["success"], pairs["success_b"]
+    return int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum())
 
 
 def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:

@@ -7,13 +7,27 @@ library module: typed configs (:class:`~rmsweb_kedro.evaluation.EvaluateParams`)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.evaluation import Claim, EvaluateParams
+from rmsweb_kedro.evaluation import EvaluateParams, paired_outcomes
 from rmsweb_kedro.mining import EpisodeFailure, classify_episode
-from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
+from rmsweb_kedro.reporting import (
+    BOOTSTRAP_INTERVAL,
+    PAIRED_INTERVAL,
+    as_percent,
+    figure_panels,
+    markdown_table,
+    mcnemar_exact_p,
+    paired_bootstrap,
+    paired_difference_interval,
+    reflection_step_pairs,
+    reflection_steps,
+    steps_saved_pct,
+    with_counts,
+)
 
 # ---------------------------------------------------------------- collection statistics
 
@@ -44,56 +58,130 @@ def collection_table(collection_stats: dict[str, Any]) -> pl.DataFrame:
 # ---------------------------------------------------------------- claims
 
 
-def measures(comparison: pl.DataFrame, steps: pl.DataFrame) -> dict[str, tuple[float | None, str]]:
-    """How this run measures each claim key, from the comparison table and the paired reflection-steps table:
-    key -> (value, how)."""
+@dataclass(frozen=True)
+class Measure:
+    """This run's figure for a claim: the value (None: not measured), how it was measured (or why not), and its
+    interval at the report's confidence (same unit as the value), over ``n`` pairs by the method ``interval``."""
 
-    def success(model: str) -> float | None:
-        row = comparison.filter(pl.col("model") == model)
-        return row["success_rate"][0] if row.height and row["success_rate"][0] is not None else None
+    value: float | None
+    how: str
+    low: float | None = None
+    high: float | None = None
+    n: int | None = None
+    interval: str | None = None
+    p_value: float | None = None
 
-    def points(a: str, b: str) -> tuple[float | None, str]:
-        sa, sb = success(a), success(b)
-        what = f"online success of {a} minus {b}, in points"
-        return (None, what + " (not measured)") if sa is None or sb is None else (100 * (sa - sb), what)
 
-    saved: tuple[float | None, str] = (
-        None,
-        "not measured in this run: needs reflection_retries and single/independent_retries collections "
-        "(the ablations pipeline, or collect.modes with several modes)",
-    )
-    row = next((r for r in steps.iter_rows(named=True) if r["steps_saved_pct"] is not None), None)
-    if row:
-        saved = (
-            row["steps_saved_pct"],
-            f"steps of the successful collected trajectory, reflection_retries vs {row['baseline']}, % fewer, "
-            f"over the {row['solved_both']} tasks both solved (of {row['tasks']})",
+def online_difference(episodes: pl.DataFrame, first: str, second: str, confidence: float) -> Measure:
+    """Online success of ``first`` minus ``second`` in points, over the episodes both ran (paired by task and run,
+    environment errors left out: :func:`~rmsweb_kedro.evaluation.paired_outcomes`), with Newcombe's paired
+    interval and McNemar's exact p-value (:mod:`rmsweb_kedro.reporting`)."""
+    both, only_first, only_second, neither = paired_outcomes(episodes, first, second)
+    n = both + only_first + only_second + neither
+    what = f"{first} − {second} online success, in points"
+    if n == 0:
+        missing = [m for m in (first, second) if m not in set(episodes["model"].to_list())]
+        why = (
+            f"no online episode of {', '.join(missing)}"
+            if missing
+            else "no (task, run) judged for both models"
         )
+        return Measure(None, f"{what}: not measured ({why})", n=0)
+    low, high = paired_difference_interval(both, only_first, only_second, neither, confidence)
+    p_value = mcnemar_exact_p(only_first, only_second)
+    test = "no discordant pair" if p_value is None else f"McNemar exact p = {p_value:.3g}"
+    how = (
+        f"{what}, over the {n} (task, run) pairs judged for both (environment errors left out): "
+        f"{only_first} won by {first} alone, {only_second} by {second} alone; {test}"
+    )
+    return Measure(
+        100 * (only_first - only_second) / n, how, 100 * low, 100 * high, n, PAIRED_INTERVAL, p_value
+    )
+
+
+def reflection_saving(collection_log: pl.DataFrame, config: EvaluateParams) -> Measure:
+    """% of steps reflection_retries saves on the tasks both it and a baseline mode solved (the first baseline of
+    :data:`~rmsweb_kedro.reporting.STEP_BASELINES` with such a task), with a paired bootstrap interval over those
+    tasks (``bootstrap_resamples`` resamples, seeded with ``seed``)."""
+    row = next(
+        (
+            r
+            for r in reflection_steps(collection_log).iter_rows(named=True)
+            if r["steps_saved_pct"] is not None
+        ),
+        None,
+    )
+    if row is None:
+        return Measure(
+            None,
+            "not measured in this run: needs reflection_retries and single/independent_retries collections "
+            "(the ablations pipeline, or collect.modes with several modes)",
+        )
+    pairs = reflection_step_pairs(collection_log).filter(
+        (pl.col("baseline") == row["baseline"]) & pl.col("solved") & pl.col("solved_b")
+    )
+    low, high = paired_bootstrap(
+        pairs["steps"].to_list(), pairs["steps_b"].to_list(), steps_saved_pct,
+        config.bootstrap_resamples, config.seed, config.confidence,
+    )  # fmt: skip
+    how = (
+        f"steps of the successful collected trajectory, reflection_retries vs {row['baseline']}, % fewer, "
+        f"over the {row['solved_both']} tasks both solved (of {row['tasks']}); "
+        + (
+            "no interval: under 2 tasks to resample"
+            if low is None
+            else f"{config.bootstrap_resamples} resamples of those tasks, seed {config.seed}"
+        )
+    )
+    return Measure(
+        row["steps_saved_pct"],
+        how,
+        low,
+        high,
+        row["solved_both"],
+        None if low is None else BOOTSTRAP_INTERVAL,
+    )
+
+
+def measures(
+    episodes: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
+) -> dict[str, Measure]:
+    """How this run measures each claim key, from the online episodes and the collection log."""
     return {
-        "rmsweb_minus_sft_points": points("rmsweb", "sft"),
-        "sft_minus_base_points": points("sft", "base"),
-        "reflection_steps_saved_pct": saved,
+        "rmsweb_minus_sft_points": online_difference(episodes, "rmsweb", "sft", config.confidence),
+        "sft_minus_base_points": online_difference(episodes, "sft", "base", config.confidence),
+        "reflection_steps_saved_pct": reflection_saving(collection_log, config),
     }
 
 
-def claims_table(comparison: pl.DataFrame, steps: pl.DataFrame, claims: list[Claim]) -> pl.DataFrame:
-    """The paper's claims (parameters) beside this run's figure and whether the direction agrees: every claim is
-    stated as a gain (points gained, % of steps saved), so agreeing means a positive figure."""
-    measured = measures(comparison, steps)
+#: The claims table's columns: the paper's claim, this run's figure with its interval (``low``-``high`` over ``n``
+#: pairs or tasks by the method ``interval``; ``resolved``: the interval excludes 0) and how it was measured.
+CLAIMS_SCHEMA = pl.Schema(
+    {"claim": pl.String, "paper": pl.String, "this_run": pl.Float64, "low": pl.Float64, "high": pl.Float64,
+     "n": pl.Int64, "interval": pl.String, "resolved": pl.Boolean, "p_value": pl.Float64, "same_direction": pl.Boolean,
+     "within_paper_range": pl.Boolean, "measured_as": pl.String}
+)  # fmt: skip
+
+
+def claims_table(
+    episodes: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
+) -> pl.DataFrame:
+    """The paper's claims (``config.claims``) beside this run's figure, its interval and whether the direction
+    agrees: every claim is stated as a gain (points gained, % of steps saved), so agreeing means a positive figure;
+    ``resolved`` says whether the interval excludes 0 (None when there is no interval)."""
+    measured = measures(episodes, collection_log, config)
     rows = []
-    for claim in claims:
-        value, how = measured.get(claim.key, (None, f"unknown measure {claim.key!r}"))
+    for claim in config.claims:
+        m = measured.get(claim.key, Measure(None, f"unknown measure {claim.key!r}"))
         rows.append(
-            {"claim": claim.claim, "paper": claim.paper, "this_run": value, "measured_as": how,
-             "same_direction": None if value is None else value > 0,
-             "within_paper_range": None if value is None or claim.paper_low is None or claim.paper_high is None
-             else claim.paper_low <= value <= claim.paper_high}
+            {"claim": claim.claim, "paper": claim.paper, "this_run": m.value, "low": m.low, "high": m.high,
+             "n": m.n, "interval": m.interval, "p_value": m.p_value,
+             "resolved": None if m.low is None or m.high is None else m.low > 0 or m.high < 0,
+             "same_direction": None if m.value is None else m.value > 0,
+             "within_paper_range": None if m.value is None or claim.paper_low is None or claim.paper_high is None
+             else claim.paper_low <= m.value <= claim.paper_high, "measured_as": m.how}
         )  # fmt: skip
-    return pl.DataFrame(
-        rows,
-        schema={"claim": pl.String, "paper": pl.String, "this_run": pl.Float64, "measured_as": pl.String,
-                "same_direction": pl.Boolean, "within_paper_range": pl.Boolean},
-    )  # fmt: skip
+    return pl.DataFrame(rows, schema=CLAIMS_SCHEMA)
 
 
 # ---------------------------------------------------------------- plots
@@ -230,8 +318,9 @@ def plot_training_curves(sft_metrics: Any, salvage_ds_metrics: Any):
 # ---------------------------------------------------------------- the report
 
 
-def online_caveat(comparison: pl.DataFrame, confidence: float) -> str:
-    """One honest sentence on what the online episodes can tell apart at this n."""
+def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: float) -> str:
+    """One honest sentence on what the online episodes can tell apart at this n, and one per paired difference of
+    the claims table (its interval and whether it is resolved)."""
     judged = comparison.filter(pl.col("success_rate").is_not_null()) if comparison.height else comparison
     if judged.height == 0:
         return "No online episode was judged in this run."
@@ -244,10 +333,18 @@ def online_caveat(comparison: pl.DataFrame, confidence: float) -> str:
             "so the online figures cannot separate the models; the offline step metrics can."
         )
     widest = float((judged["success_high"] - judged["success_low"]).max())
-    return (
-        f"Online figures rest on {int(n.min())}–{int(n.max())} judged episodes per model; intervals are up to "
-        f"{100 * widest:.0f} points wide, so differences inside them are not resolved at this n."
+    sentence = (
+        f"Online figures rest on {int(n.min())}–{int(n.max())} judged episodes per model; their Wilson intervals "
+        f"are up to {100 * widest:.0f} points wide."
     )
+    paired = [
+        f"{r['claim']}: {r['this_run']:+.1f} points ({r['low']:+.1f} to {r['high']:+.1f}, "
+        f"{r['interval']}, {r['n']} pairs), {'resolved' if r['resolved'] else 'not resolved'}"
+        for r in claims.filter(pl.col("interval") == PAIRED_INTERVAL).iter_rows(named=True)
+    ]
+    if not paired:
+        return sentence + " Differences inside them are not resolved at this n."
+    return f"{sentence} Paired over the same episodes ({confidence:.0%}): " + "; ".join(paired) + "."
 
 
 def build_report(
@@ -290,10 +387,15 @@ def build_report(
         markdown_table(table.select([c for c in offline_cols if c in table.columns])),
         "## Online success in the sandbox",
         markdown_table(table.select([c for c in online_cols if c in table.columns])),
-        online_caveat(comparison, config.confidence),
+        online_caveat(comparison, claims, config.confidence),
         "### By site group, site and level",
         markdown_table(as_percent(breakdown, ["success_rate", "success_low", "success_high"])),
         "## The paper's claims and this run",
+        f"Each figure with its {config.confidence:.0%} interval (`low`–`high`, same unit, over `n` pairs or tasks, "
+        "by the method `interval`); `resolved`: the interval excludes 0. Online differences pair the two models' "
+        "episodes of the same task and run (environment errors left out) and take Newcombe's paired score interval "
+        f"with McNemar's exact `p_value`; steps saved take a paired bootstrap over the tasks both modes solved "
+        f"({config.bootstrap_resamples} resamples, seed {config.seed}).",
         markdown_table(claims),
         "A toy-scale default run (tiny model, minutes of CPU) shows whether each stage works and points the right "
         "way, not the paper's sizes; the production configuration (`--env production`) is where sizes are measured.",

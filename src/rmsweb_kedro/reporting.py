@@ -8,6 +8,7 @@ open, no backend to choose); catalog datasets save them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any
 
@@ -92,6 +93,79 @@ def wilson_interval(
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+#: The name the reports give :func:`paired_difference_interval`.
+PAIRED_INTERVAL = "Newcombe paired score"
+#: The name the reports give :func:`paired_bootstrap`.
+BOOTSTRAP_INTERVAL = "paired bootstrap"
+
+
+def paired_difference_interval(
+    both: int, only_first: int, only_second: int, neither: int, confidence: float = 0.95
+) -> tuple[float | None, float | None]:
+    """Interval of the difference of two success rates measured on the same n pairs, p1 - p2 = (b - c)/n, by
+    Newcombe's hybrid score method for paired data (Newcombe 1998, method 10; Fagerland, Lydersen & Laake 2014
+    recommend it), from the 2x2 table a = ``both`` succeed, b = ``only_first``, c = ``only_second``, d = ``neither``::
+
+        p1 = (a+b)/n, p2 = (a+c)/n, [l1, u1], [l2, u2] their Wilson intervals
+        A = ad - bc;  psi = (A - n/2)/sqrt((a+b)(c+d)(a+c)(b+d)) if A > n/2, 0 if 0 <= A <= n/2, A/sqrt(...) if A < 0
+                      (0 when a margin is 0)
+        low  = p1 - p2 - sqrt((p1-l1)^2 - 2 psi (p1-l1)(u2-p2) + (u2-p2)^2)
+        high = p1 - p2 + sqrt((p2-l2)^2 - 2 psi (p2-l2)(u1-p1) + (u1-p1)^2)
+
+    Sound at 0 discordant pairs (an interval around 0) and at 0 or n successes; ``(None, None)`` when n = 0."""
+    n = both + only_first + only_second + neither
+    if n == 0:
+        return None, None
+    first, second = both + only_first, both + only_second
+    p1, p2 = first / n, second / n
+    l1, u1 = wilson_interval(first, n, confidence)
+    l2, u2 = wilson_interval(second, n, confidence)
+    margins = first * (n - first) * second * (n - second)
+    cross = both * neither - only_first * only_second
+    psi = 0.0
+    if margins and cross > n / 2:
+        psi = (cross - n / 2) / math.sqrt(margins)
+    elif margins and cross < 0:
+        psi = cross / math.sqrt(margins)
+    low = p1 - p2 - math.sqrt((p1 - l1) ** 2 - 2 * psi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
+    high = p1 - p2 + math.sqrt((p2 - l2) ** 2 - 2 * psi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2)
+    return max(-1.0, low), min(1.0, high)
+
+
+def mcnemar_exact_p(only_first: int, only_second: int) -> float | None:
+    """McNemar's exact two-sided p-value: under no difference the b discordant pairs won by the first of the b + c
+    are Binomial(b + c, 1/2), p = min(1, 2 P(X <= min(b, c))). None with no discordant pair (nothing to test)."""
+    discordant = only_first + only_second
+    if discordant == 0:
+        return None
+    tail = sum(math.comb(discordant, k) for k in range(min(only_first, only_second) + 1))
+    return min(1.0, 2 * tail / 2**discordant)
+
+
+def paired_bootstrap(
+    first: list[float],
+    second: list[float],
+    statistic: Callable[[Any, Any], Any],
+    resamples: int,
+    seed: int,
+    confidence: float = 0.95,
+) -> tuple[float | None, float | None]:
+    """Percentile interval of ``statistic(first, second)`` by the paired bootstrap: ``resamples`` draws of n pairs
+    with replacement (numpy generator seeded with ``seed``), the statistic of each (``statistic`` takes two
+    ``(resamples, n)`` arrays and returns ``resamples`` values), and the (1 -/+ confidence)/2 quantiles of those.
+    ``(None, None)`` under 2 pairs (nothing to resample)."""
+    import numpy as np
+
+    if len(first) != len(second):
+        raise ValueError(f"paired_bootstrap: {len(first)} first values against {len(second)} second ones")
+    if len(first) < 2:
+        return None, None
+    rows = np.random.default_rng(seed).integers(0, len(first), size=(resamples, len(first)))
+    values = statistic(np.asarray(first, dtype=float)[rows], np.asarray(second, dtype=float)[rows])
+    low, high = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(low), float(high)
+
+
 # ---------------------------------------------------------------- reflection steps saved
 
 #: The modes reflection_retries is compared with, in order of preference: the same attempt budget R first.
@@ -111,10 +185,11 @@ REFLECTION_STEPS_SCHEMA = pl.Schema(
 )
 
 
-def reflection_steps(collection_log: pl.DataFrame) -> pl.DataFrame:
-    """Steps on solved tasks, ``reflection_retries`` against each baseline mode the log holds, paired: over the
-    tasks both modes solved (a mode stops at its first verified success, so each solved task has one successful
-    trajectory per mode). Empty when the log lacks reflection_retries or every baseline."""
+def reflection_step_pairs(collection_log: pl.DataFrame) -> pl.DataFrame:
+    """Per baseline mode the log holds and per task both it and ``reflection_retries`` attempted: whether each
+    solved it and the steps of its successful trajectory (a mode stops at its first verified success, so each
+    solved task has one successful trajectory per mode; an environment error solves nothing). Columns ``baseline``,
+    ``task_id``, ``solved``, ``steps`` (reflection_retries), ``solved_b``, ``steps_b`` (the baseline)."""
 
     def per_task(mode: str) -> pl.DataFrame:
         won = pl.col("success").fill_null(False)  # an environment error solves nothing (nor fails the agent)
@@ -125,17 +200,46 @@ def reflection_steps(collection_log: pl.DataFrame) -> pl.DataFrame:
         )
 
     modes = set(collection_log["mode"].unique().to_list())
-    rows = []
+    schema = {"baseline": pl.String, "task_id": pl.String, "solved": pl.Boolean, "steps": pl.Int64,
+              "solved_b": pl.Boolean, "steps_b": pl.Int64}  # fmt: skip
+    tables = [pl.DataFrame(schema=schema)]
     if "reflection_retries" in modes:
         reflection = per_task("reflection_retries")
-        for baseline in (m for m in STEP_BASELINES if m in modes):
-            paired = reflection.join(per_task(baseline), on="task_id", suffix="_b")
-            both = paired.filter(pl.col("solved") & pl.col("solved_b"))
-            ours, theirs = both["steps"].mean(), both["steps_b"].mean()
-            rows.append(
-                {"baseline": baseline, "tasks": paired.height, "solved_reflection": int(paired["solved"].sum()),
-                 "solved_baseline": int(paired["solved_b"].sum()), "solved_both": both.height,
-                 "steps_reflection": ours, "steps_baseline": theirs,
-                 "steps_saved_pct": 100 * (1 - ours / theirs) if both.height and theirs else None}
-            )  # fmt: skip
+        tables += [
+            reflection.join(per_task(baseline), on="task_id", suffix="_b")
+            .sort("task_id")
+            .select(pl.lit(baseline).alias("baseline"), pl.all())
+            .cast(schema)
+            for baseline in STEP_BASELINES
+            if baseline in modes
+        ]
+    return pl.concat(tables)
+
+
+def steps_saved_pct(steps_reflection: Any, steps_baseline: Any) -> Any:
+    """% of steps reflection_retries saves over tasks both modes solved, ``100 (1 - mean(reflection) /
+    mean(baseline))``: of two sequences, a number; of two ``(resamples, n)`` arrays (paired_bootstrap), one per row."""
+    import numpy as np
+
+    ours, theirs = np.asarray(steps_reflection, dtype=float), np.asarray(steps_baseline, dtype=float)
+    return 100 * (1 - ours.mean(axis=-1) / theirs.mean(axis=-1))
+
+
+def reflection_steps(collection_log: pl.DataFrame) -> pl.DataFrame:
+    """Steps on solved tasks, ``reflection_retries`` against each baseline mode the log holds, paired: over the
+    tasks both modes solved (:func:`reflection_step_pairs`). Empty when the log lacks reflection_retries or every
+    baseline."""
+    rows = []
+    for (baseline,), paired in reflection_step_pairs(collection_log).group_by(
+        "baseline", maintain_order=True
+    ):
+        both = paired.filter(pl.col("solved") & pl.col("solved_b"))
+        ours, theirs = both["steps"].mean(), both["steps_b"].mean()
+        rows.append(
+            {"baseline": baseline, "tasks": paired.height, "solved_reflection": int(paired["solved"].sum()),
+             "solved_baseline": int(paired["solved_b"].sum()), "solved_both": both.height,
+             "steps_reflection": ours, "steps_baseline": theirs,
+             "steps_saved_pct": float(steps_saved_pct(both["steps"], both["steps_b"])) if both.height and theirs
+             else None}
+        )  # fmt: skip
     return pl.DataFrame(rows, schema=REFLECTION_STEPS_SCHEMA)

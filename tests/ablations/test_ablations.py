@@ -16,6 +16,7 @@ from kedro.runner import SequentialRunner
 
 from rmsweb_kedro import evaluation_report as report
 from rmsweb_kedro import reporting
+from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
@@ -92,12 +93,15 @@ def test_reflection_steps_are_paired_on_tasks_both_modes_solved():
     assert independent["steps_reflection"] == 7.0 and independent["steps_baseline"] == 9.0
     assert independent["steps_saved_pct"] == pytest.approx(100 * (1 - 7 / 9))
     assert (steps["single"]["solved_both"], steps["single"]["steps_saved_pct"]) == (1, 0.0)  # t2 only
-    claims = report.measures(pl.DataFrame({"model": [], "success_rate": []}), reporting.reflection_steps(log))
-    assert claims["reflection_steps_saved_pct"][0] == pytest.approx(independent["steps_saved_pct"])
-    lone = reporting.reflection_steps(log.filter(pl.col("mode") == "reflection_retries"))
-    assert lone.height == 0
-    empty = pl.DataFrame({"model": [], "success_rate": []})
-    assert "not measured in this run" in report.measures(empty, lone)["reflection_steps_saved_pct"][1]
+    no_episodes, config = pl.DataFrame(schema=EPISODE_SCHEMA), EvaluateParams()
+    saved = report.measures(no_episodes, log, config)["reflection_steps_saved_pct"]
+    assert saved.value == pytest.approx(independent["steps_saved_pct"]) and saved.n == 2
+    lone = log.filter(pl.col("mode") == "reflection_retries")
+    assert reporting.reflection_steps(lone).height == 0
+    assert (
+        "not measured in this run"
+        in report.measures(no_episodes, lone, config)["reflection_steps_saved_pct"].how
+    )
 
 
 def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default_run():

@@ -75,11 +75,11 @@ def predictions(model: str, replies: list[tuple[str, str]]) -> pl.DataFrame:
 
 
 def episodes(
-    model: str, outcomes: list[tuple[bool | None, int, str]], held_out_from: int = 99
+    model: str, outcomes: list[tuple[bool | None, int, str]], held_out_from: int = 99, runs: int = 2
 ) -> pl.DataFrame:
-    """(success, steps, termination) per task, the same for both runs."""
+    """(success, steps, termination) per task, the same for every run."""
     rows = []
-    for run in range(2):
+    for run in range(runs):
         for i, (success, steps, termination) in enumerate(outcomes):
             rows.append(
                 {"model": model, "run": run, "task_id": f"t{i}", "site": "hotels" if i >= held_out_from else "shop",
@@ -171,24 +171,144 @@ def test_collection_table_and_claims():
     assert rows["reflection_retries"]["mean_steps_success"] == 8.0
     assert rows["independent_retries"]["attempts_per_success"] == 3.0
 
-    comparison = pl.DataFrame({"model": ["base", "sft", "rmsweb"], "success_rate": [0.1, 0.5, 0.55]})
-    steps = reporting.reflection_steps(collect_log(ATTEMPTS))
-    claims = nodes.claims_table(comparison, steps, PARAMS)
+    online = pl.concat([episodes(m, o) for m, o in ONLINE.items()])
+    claims = nodes.claims_table(online, collect_log(ATTEMPTS), PARAMS)
     measured = dict(zip(claims["claim"], claims["this_run"], strict=True))
-    assert measured["RMSWeb beats SFT"] == pytest.approx(5.0)
+    # rmsweb - sft over 8 (task, run) pairs: t1 won by rmsweb alone in both runs.
+    assert measured["RMSWeb beats SFT"] == pytest.approx(25.0)
     assert measured["shorter"] == pytest.approx(20.0)  # t1, solved by both: 8 steps vs 10
-    assert measured["SFT beats base"] == pytest.approx(40.0)
+    # sft - base: base's environment error on t2 leaves 6 pairs, of which sft alone wins t0 twice.
+    assert measured["SFT beats base"] == pytest.approx(100 * 2 / 6)
+    assert claims["n"].to_list() == [8, 1, 6]
     assert claims["same_direction"].to_list() == [True, True, True]
-    assert claims["within_paper_range"].to_list() == [True, True, None]
+    assert claims["within_paper_range"].to_list() == [False, True, None]
+    # One task both solved: a figure without an interval, and the table says why.
+    shorter = claims.row(1, named=True)
+    assert (shorter["low"], shorter["interval"], shorter["resolved"]) == (None, None, None)
+    assert "no interval: under 2 tasks" in shorter["measured_as"]
     # One mode only: the reflection claim is not measured, and the table says why.
     reflection_only = collect_log([a for a in ATTEMPTS if a[0] == "reflection_retries"])
-    lone = nodes.claims_table(comparison, reporting.reflection_steps(reflection_only), PARAMS)
+    lone = nodes.claims_table(online, reflection_only, PARAMS)
     assert lone["this_run"][1] is None and "needs reflection_retries" in lone["measured_as"][1]
-    assert lone["same_direction"][1] is None
-    worse = nodes.claims_table(
-        comparison.with_columns(pl.Series("success_rate", [0.1, 0.5, 0.45])), steps, PARAMS
+    assert lone["same_direction"][1] is None and lone["resolved"][1] is None
+    swapped = online.with_columns(pl.col("model").replace({"sft": "rmsweb", "rmsweb": "sft"}))
+    worse = nodes.claims_table(swapped, collect_log(ATTEMPTS), PARAMS)
+    assert worse["this_run"][0] == pytest.approx(-25.0) and worse["same_direction"][0] is False
+
+
+def test_paired_interval_and_mcnemar_match_published_values():
+    """Newcombe's paired score interval and McNemar's exact test on the Cavo et al. (2012) table worked in
+    Fagerland, Lydersen & Laake, *Statistical Analysis of Contingency Tables* (2017), ch. 8: a = 59, b = 6,
+    c = 16, d = 80; difference -0.0621 (95 % CI -0.1186 to -0.0046), exact McNemar p = 0.052."""
+    low, high = reporting.paired_difference_interval(59, 6, 16, 80, 0.95)
+    assert low == pytest.approx(-0.1186, abs=1e-4) and high == pytest.approx(-0.0046, abs=1e-4)
+    assert reporting.mcnemar_exact_p(6, 16) == pytest.approx(0.0525, abs=1e-4)
+    assert reporting.mcnemar_exact_p(7, 0) == pytest.approx(2 / 2**7)
+    assert reporting.mcnemar_exact_p(0, 0) is None
+    assert reporting.paired_difference_interval(0, 0, 0, 0) == (None, None)
+
+
+def solved(
+    model: str, wins: set[int], tasks: int = 54, env_errors: frozenset[int] = frozenset()
+) -> pl.DataFrame:
+    """One run of ``model`` over tasks t0..t{tasks-1}: success on ``wins``, an environment error on ``env_errors``."""
+    outcomes = [(None, 0, "env_error") if i in env_errors else (i in wins, 5, "answer") for i in range(tasks)]
+    return episodes(model, outcomes, runs=1)
+
+
+def claim(table: pl.DataFrame, key: str) -> dict:
+    return table.row(next(i for i, c in enumerate(PARAMS["claims"]) if c["key"] == key), named=True)
+
+
+def test_paired_online_differences_on_the_same_episodes():
+    sft_wins = set(range(7))
+    log = collect_log([])
+    # 7/54 against 0/54 on the same tasks: resolved (7 discordant pairs, all sft's).
+    table = nodes.claims_table(pl.concat([solved("base", set()), solved("sft", sft_wins)]), log, PARAMS)
+    row = claim(table, "sft_minus_base_points")
+    assert row["this_run"] == pytest.approx(100 * 7 / 54) and row["n"] == 54
+    assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
+    assert row["interval"] == reporting.PAIRED_INTERVAL and row["p_value"] == pytest.approx(2 / 2**7)
+    assert "54 (task, run) pairs" in row["measured_as"]
+    # 1/54 against 0/54: not resolved.
+    table = nodes.claims_table(pl.concat([solved("base", set()), solved("sft", {0})]), log, PARAMS)
+    row = claim(table, "sft_minus_base_points")
+    assert row["low"] < 0 < row["this_run"] < row["high"] and row["resolved"] is False
+    # Identical models: 0, with an interval around it, and no discordant pair to test.
+    table = nodes.claims_table(pl.concat([solved("sft", sft_wins), solved("rmsweb", sft_wins)]), log, PARAMS)
+    row = claim(table, "rmsweb_minus_sft_points")
+    assert row["this_run"] == 0 and row["low"] < 0 < row["high"] and row["resolved"] is False
+    assert row["p_value"] is None and "no discordant pair" in row["measured_as"]
+    # Environment errors are not judged: base's on t0-t2 take those pairs out (4 of sft's wins remain).
+    errors = frozenset({0, 1, 2})
+    table = nodes.claims_table(pl.concat([solved("base", set(), env_errors=errors), solved("sft", sft_wins)]),
+                               log, PARAMS)  # fmt: skip
+    row = claim(table, "sft_minus_base_points")
+    assert row["n"] == 51 and row["this_run"] == pytest.approx(100 * 4 / 51)
+    assert "51 (task, run) pairs" in row["measured_as"]
+    # No task in common: not measured, and why; a model without episodes likewise.
+    other = solved("base", set()).with_columns(pl.col("task_id").str.replace("t", "u"))
+    table = nodes.claims_table(pl.concat([other, solved("sft", sft_wins)]), log, PARAMS)
+    row = claim(table, "sft_minus_base_points")
+    assert (row["this_run"], row["low"], row["high"], row["resolved"], row["n"]) == (
+        None,
+        None,
+        None,
+        None,
+        0,
     )
-    assert worse["this_run"][0] == pytest.approx(-5.0) and worse["same_direction"][0] is False
+    assert "no (task, run) judged for both" in row["measured_as"]
+    assert "no online episode of rmsweb" in claim(table, "rmsweb_minus_sft_points")["measured_as"]
+
+
+def test_pairs_are_episodes_of_the_same_run():
+    """sft wins run 0 and base wins run 1 of the same task: two discordant pairs (pairing across runs would make
+    four pairs)."""
+    both_runs = episodes("sft", [(True, 4, "answer")])
+    sft = both_runs.with_columns(success=pl.col("run") == 0)
+    base = both_runs.with_columns(model=pl.lit("base"), success=pl.col("run") == 1)
+    assert evaluation.paired_outcomes(pl.concat([sft, base]), "sft", "base") == (0, 1, 1, 0)
+
+
+def test_report_says_which_paired_differences_are_resolved():
+    online = pl.concat([solved("base", set()), solved("sft", set(range(7))), solved("rmsweb", set(range(9)))])
+    none = pl.DataFrame(schema=evaluation.OFFLINE_PREDICTION_SCHEMA)
+    comparison = nodes.compare_models(evaluation.offline_metrics(none), online, PARAMS)
+    claims = nodes.claims_table(online, collect_log(ATTEMPTS), PARAMS)
+    markdown = nodes.build_report(
+        comparison, nodes.online_breakdown(online, PARAMS), claims, report.collection_table({}),
+        reporting.reflection_steps(collect_log(ATTEMPTS)), report.failure_modes(none, online), PARAMS,
+    )  # fmt: skip
+    assert "| claim | paper | this_run | low | high | n | interval | resolved | p_value |" in markdown
+    assert (
+        "SFT beats base: +13.0 points (+3.6 to +24.4, Newcombe paired score, 54 pairs), resolved" in markdown
+    )
+    assert (
+        "RMSWeb beats SFT: +3.7 points (-3.5 to +11.7, Newcombe paired score, 54 pairs), not resolved"
+        in markdown
+    )
+    assert "not resolved at this n" not in markdown
+
+
+def test_steps_saved_has_a_seeded_paired_bootstrap_interval():
+    attempts = [  # reflection_retries solves six tasks in fewer steps than independent_retries
+        (mode, f"t{i}", 1, True, steps)
+        for i, (ours, theirs) in enumerate([(8, 10), (6, 9), (7, 8), (5, 7), (9, 12), (6, 8)])
+        for mode, steps in (("reflection_retries", ours), ("independent_retries", theirs))
+    ]
+    log, online = collect_log(attempts), pl.DataFrame(schema=evaluation.EPISODE_SCHEMA)
+    row = claim(nodes.claims_table(online, log, PARAMS), "reflection_steps_saved_pct")
+    assert row["this_run"] == pytest.approx(100 * (1 - 41 / 54)) and row["n"] == 6
+    assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
+    assert row["interval"] == reporting.BOOTSTRAP_INTERVAL and "2000 resamples" in row["measured_as"]
+    again = claim(nodes.claims_table(online, log, PARAMS), "reflection_steps_saved_pct")
+    assert (again["low"], again["high"]) == (row["low"], row["high"])  # seeded
+    # Mixed savings: one task much longer with reflection, the interval takes in 0.
+    mixed = collect_log(
+        attempts + [("reflection_retries", "t6", 1, True, 30), ("independent_retries", "t6", 1, True, 8)]
+    )
+    row = claim(nodes.claims_table(online, mixed, PARAMS), "reflection_steps_saved_pct")
+    assert row["low"] < 0 < row["high"] and row["resolved"] is False
 
 
 def test_downstream_pipeline_writes_report_and_figures(tmp_path):
@@ -271,8 +391,9 @@ def test_report_from_empty_evaluations():
     modes = report.failure_modes(predictions, online)
     collection = report.collection_table({})
     steps = reporting.reflection_steps(collect_log([]))
-    claims = nodes.claims_table(comparison, steps, PARAMS)
+    claims = nodes.claims_table(online, collect_log([]), PARAMS)
     assert claims["this_run"].to_list() == [None, None, None]
+    assert claims["resolved"].to_list() == [None, None, None] and claims["n"].to_list() == [0, None, 0]
     for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),
                    report.plot_failure_modes(modes), report.plot_training_curves(None, [])):  # fmt: skip
         assert figure.axes

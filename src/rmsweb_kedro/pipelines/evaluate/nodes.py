@@ -47,10 +47,13 @@ def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, params: dict[s
     return evaluation.compare_models(offline, episodes, config.confidence)
 
 
-def claims_table(comparison: pl.DataFrame, steps: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
-    """``claims_vs_run``: the paper's claims (``evaluate.claims``) beside this run's figures."""
+def claims_table(
+    episodes: pl.DataFrame, collection_log: pl.DataFrame, params: dict[str, Any]
+) -> pl.DataFrame:
+    """``claims_vs_run``: the paper's claims (``evaluate.claims``) beside this run's figures and their intervals
+    (paired online differences from ``online_episodes``, steps saved from ``collection_log``)."""
     config = EvaluateParams.model_validate(params)
-    return evaluation_report.claims_table(comparison, steps, config.claims)
+    return evaluation_report.claims_table(episodes, collection_log, config)
 
 
 def build_report(

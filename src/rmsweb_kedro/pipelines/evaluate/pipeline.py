@@ -81,7 +81,11 @@ def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
         [
             Node(
                 nodes.claims_table,
-                inputs=["model_comparison", "reflection_steps", "params:evaluate"],
+                inputs={
+                    "episodes": "online_episodes",
+                    "collection_log": "collection_log",
+                    "params": "params:evaluate",
+                },
                 outputs="claims_vs_run",
                 name="claims_vs_run",
             ),
