@@ -1,4 +1,5 @@
 """What every report and plot of the project is made with: figures, markdown tables, rates as %, the Wilson interval,
+the intervals of paired differences (Newcombe's paired score interval, McNemar's exact test, the paired bootstrap),
 and the tables two pipelines both report (per-model tables gathered, reflection steps saved).
 
 A library module: no catalog names, no ``params:``. Figures are made without pyplot (no global state, nothing left
