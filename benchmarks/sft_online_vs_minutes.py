@@ -110,6 +110,8 @@ def main() -> None:
               [100 * r["success_high"] - v for v, r in zip(rate, rows, strict=True)]],
     )  # fmt: skip
     axis.plot(minutes, [100 * r["val_step_success"] for r in rows], "s--", label="offline val step success")
+    axis.set_xlim(left=0)
+    axis.set_ylim(bottom=0)
     axis.set_xlabel("SFT training minutes (wall clock)")
     axis.set_ylabel("%")
     axis.set_title("SFT: online success against training time")
