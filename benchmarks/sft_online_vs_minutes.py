@@ -4,7 +4,9 @@ Trains the project's SFT (the same loop, data and parameters as ``kedro run --pi
 at the given training minutes; after each, the policy is scored offline on the val states and online in the browser
 on the evaluation's sandbox test tasks (``params:evaluate``: every training-site test task and the held-out ones it
 names). Each segment resumes the previous one from its checkpoint (``loop.resume``), so the points lie on one
-training run whose learning-rate schedule spans ``--max-steps``. Prints one row a point and writes a plot and a CSV.
+training run whose learning-rate schedule spans ``--max-steps``. Offline and online scoring are the evaluate stage's
+own (``evaluation.predict_offline``/``offline_metrics``, ``evaluation.run_online``). Prints one row a point and writes
+a plot and a CSV.
 
     kedro run --pipelines sandbox,collect,trajectories,sft_data,sft   # the data and the base model
     .venv/bin/python benchmarks/sft_online_vs_minutes.py --minutes 4 8 12 16 --max-steps 3200
@@ -40,11 +42,15 @@ def main() -> None:
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
-    from rmsweb_kedro.agents.hf_policy import HFPolicy
-    from rmsweb_kedro.evaluation import EvaluateParams, run_online, success_summary
+    from rmsweb_kedro.evaluation import (
+        EvaluateParams,
+        offline_metrics,
+        predict_offline,
+        run_online,
+        success_summary,
+    )
     from rmsweb_kedro.modeling import LoadedModel
     from rmsweb_kedro.reporting import figure_panels
-    from rmsweb_kedro.scoring import ScoringConfig, score_states, step_rates
     from rmsweb_kedro.training.sft import SFTConfig, run_sft
 
     root = Path.cwd()
@@ -53,12 +59,13 @@ def main() -> None:
         context = session.load_context()
         params, catalog = context.params, context.catalog
         train = catalog.load("sft_states_train_augmented").to_dicts()
-        val = catalog.load("sft_states_val").to_dicts()
+        val_states = catalog.load("sft_states_val")
         tasks = catalog.load("sandbox_tasks")
         model, processor = catalog.load("base_model")
     config = SFTConfig.model_validate(params["sft"]["training"])
     evaluate = EvaluateParams.model_validate(params["evaluate"])
     work = tempfile.mkdtemp(prefix="sft_minutes_")
+    val = val_states.to_dicts()
     print(f"{len(train)} training states, {len(val)} val states; checkpoints in {work}")
     print("minutes  steps  val_step_success  argument_match  online  success_low  success_high  online_s")
     rows, trained_s = [], 0.0
@@ -71,12 +78,10 @@ def main() -> None:
         result = run_sft(model, processor, train, val, config.model_copy(update={"loop": loop}))
         trained_s += time.monotonic() - started
         model = result.model
-        policy = HFPolicy(model, processor, prompt=config.prompt, greedy=True)
-        offline = step_rates(
-            score_states(val, policy, ScoringConfig(max_new_tokens=evaluate.policy.max_new_tokens))
-        )
+        trained = LoadedModel(model, processor)
+        offline = offline_metrics(predict_offline(val_states, trained, evaluate, "sft")).row(0, named=True)
         started = time.monotonic()
-        episodes = run_online(tasks, LoadedModel(model, processor), evaluate, "sft", params.get("rollouts"))
+        episodes = run_online(tasks, trained, evaluate, "sft", params.get("rollouts"))
         online = success_summary(episodes, evaluate.confidence)
         judged = episodes.filter(episodes["success"].is_not_null())
         row = {
