@@ -88,15 +88,22 @@ def attempt_seed(seed: int, attempt: int) -> int:
 
 def select_tasks(tasks: pl.DataFrame, params: CollectParams) -> pl.DataFrame:
     """The tasks to collect on (a ``tasks`` table): ``split`` (all when null), at most ``max_tasks`` drawn (seeded)
-    round-robin over sites so a cap keeps every site and every template."""
+    round-robin over task templates (``metadata.template``; the site for tasks without one), so a cap gives every
+    template the same share: a site's rare template is not left with one or two tasks."""
     if params.split is not None:
         tasks = tasks.filter(pl.col("split") == params.split)
     if params.max_tasks is not None and tasks.height > params.max_tasks:
-        # shuffled first, so the cap takes every template, not each site's first ones
+        # shuffled first, so each template's share is a seeded draw, not its first ids
         shuffled = tasks.sort("id").sample(fraction=1.0, shuffle=True, seed=params.seed)
-        ranked = shuffled.with_columns(pl.int_range(pl.len()).over("site").alias("_rank"))
+        template = pl.col("metadata").str.json_path_match("$.template").fill_null(pl.col("site"))
+        ranked = shuffled.with_columns(template.alias("_template")).with_columns(
+            pl.int_range(pl.len()).over("_template").alias("_rank")
+        )
         tasks = (
-            ranked.sort("_rank", "site", maintain_order=True).head(params.max_tasks).drop("_rank").sort("id")
+            ranked.sort("_rank", "_template", maintain_order=True)
+            .head(params.max_tasks)
+            .drop("_rank", "_template")
+            .sort("id")
         )
     logger.info(
         "collect: %d tasks (split %s) over sites %s", tasks.height, params.split, sorted(set(tasks["site"]))

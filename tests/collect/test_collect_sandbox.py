@@ -274,3 +274,31 @@ def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(
     retry = run_episode(browser_env, task, ScriptedTeacher(1, longer), judge, 30, [reflection], attempt=2)
     assert independent.success is True and retry.success is True
     assert len(retry.steps) == len(task.reference_solution) == len(independent.steps) - 1
+
+
+def test_a_wrong_item_is_worked_from_and_the_reflection_names_it(
+    sandbox_task_list, sandbox_server, browser_env
+):
+    """A plausible wrong item opened and not left: the teacher answers what that item's page says (the answer is
+    read off the page), the checker rejects it, the reflection names the pick and the retry answers right. Before
+    answers were read, such an attempt answered the reference's value from the wrong page and was judged a
+    success: a training state whose target was not on its page."""
+    judge = SandboxJudge(sandbox_server.session_state)
+    wrong_pick = TeacherImperfections(mistake_probs={"pick_item": 1.0}, self_correct_prob=0.0)
+    for template in ("dine_opening", "shop_price", "job_salary"):
+        task = next(t for t in sandbox_task_list if t.metadata["template"] == template and t.split == "train")
+        expected = task.reference_solution[-1]["text"]
+        failed = run_episode(browser_env, task, ScriptedTeacher(0, wrong_pick), judge, max_steps=30)
+        last = failed.steps[-1]
+        assert last.action.type.value == "answer" and last.action.text != expected, template
+        # what it saw, not what it knew
+        assert last.action.text in last.axtree and expected not in last.axtree
+        assert last.thought == f"The page says {last.action.text}."
+        assert failed.success is False and "does not match the expected" in failed.verdict.reason
+        reflection, _ = ScriptedReflector().reflect(task, failed.steps, failed.verdict, None)
+        assert reflection.startswith("Wrong decision: click link "), reflection
+        retry = run_episode(
+            browser_env, task, ScriptedTeacher(0, wrong_pick), judge, 30, [reflection], attempt=2
+        )
+        assert retry.success is True and retry.steps[-1].action.text == expected
+        assert len(retry.steps) == len(task.reference_solution)

@@ -45,13 +45,17 @@ def test_every_dataset_is_declared_and_parameters_validate():
         assert catalog[name]["metadata"]["kedro-viz"]["layer"]
 
 
-def test_cap_keeps_every_site(sandbox_task_list):
+def test_cap_gives_every_template_the_same_share(sandbox_task_list):
     frame = tasks_to_frame(sandbox_task_list)
-    train_sites = set(frame.filter(frame["split"] == "train")["site"])
-    selected = select_collection_tasks(frame, {"max_tasks": len(train_sites) * 2, "seed": 3})
-    assert selected.height == len(train_sites) * 2 and set(selected["split"]) == {"train"}
-    assert selected["site"].value_counts()["count"].to_list() == [2] * len(train_sites)
-    again = select_collection_tasks(frame, {"max_tasks": len(train_sites) * 2, "seed": 3})
+    train = [t for t in sandbox_task_list if t.split == "train"]
+    templates = {t.metadata["template"] for t in train}
+    # templates differ in how many train tasks they have (a site with more templates has more tasks)
+    assert len({sum(t.metadata["template"] == name for t in train) for name in templates}) > 1
+    selected = select_collection_tasks(frame, {"max_tasks": len(templates) * 2, "seed": 3})
+    assert selected.height == len(templates) * 2 and set(selected["split"]) == {"train"}
+    chosen = selected["metadata"].str.json_path_match("$.template")
+    assert chosen.value_counts()["count"].to_list() == [2] * len(templates)
+    again = select_collection_tasks(frame, {"max_tasks": len(templates) * 2, "seed": 3})
     assert again["id"].to_list() == selected["id"].to_list()
 
 

@@ -47,6 +47,22 @@ def test_reference_solutions_of_a_stratified_sample_solve_their_tasks(
         assert shots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_every_answer_read_off_a_page_is_the_expected_one(
+    browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task]
+) -> None:
+    """One task of each template whose answer step reads the page (``read``): the reference solution, played in
+    Chromium, reads exactly the expected answer, so each pattern finds the right value first on the right page."""
+    templates = sorted(
+        {t.metadata["template"] for t in sandbox_task_list if t.reference_solution[-1].get("read")}
+    )
+    assert len(templates) == 9  # every answer template but recipe_compare (compared across two pages)
+    for template in templates:
+        task = task_of(sandbox_task_list, template)
+        run = play_reference(browser_env, sandbox_server, task)
+        assert run.error is None and run.verdict.success, (task.id, run.error, run.verdict.reason)
+        assert parse_action(run.actions[-1]).text == task.reference_solution[-1]["text"], task.id
+
+
 def test_observation_format_and_stable_ids(browser_env: BrowserEnv, sandbox_task_list: list[Task]) -> None:
     task = task_of(sandbox_task_list, "shop_cart")
     first = browser_env.reset(task)

@@ -2,7 +2,8 @@
 
 The teacher follows the task's reference solution (see docs/sandbox.md) but, seeded, takes detours (``dead_end``:
 wanders into a wrong page and comes back) and makes mistakes at decision points (``pick_item``,
-``choose_option``, ``type_value``, ``skip_filter``), sometimes noticing and fixing them. It also takes longer ways
+``choose_option``, ``type_value``, ``skip_filter``), sometimes noticing and fixing them; a mistake it does not fix
+is worked from (after opening a plausible wrong item it answers what that item's page says). It also takes longer ways
 that still succeed and that removing detours cannot undo, because they never revisit a page: ``longer_route``
 (types a search, then clicks the button, where Enter would have submitted it) and ``unnecessary_filter`` (applies a
 filter or sort the task does not need before the step that does). The reflector names the wrong decisions of a
@@ -177,6 +178,7 @@ class ScriptedTeacher:
         self, task: Task, observation: Observation, history: list[Step], reflections: list[str]
     ) -> Decision:
         from rmsweb_kedro.web.sandbox import resolve_equivalents, resolve_step
+        from rmsweb_kedro.web.sandbox.reference import answer_thought
 
         plan = self.plan(task, reflections)
         if len(history) >= len(plan):
@@ -192,6 +194,8 @@ class ScriptedTeacher:
                 raw_output=f"Thought: {thought}",
                 error=f"target not found: {err}",
             )
+        if step.get("read"):  # the answer as this page shows it: a wrong item opened earlier gives its value
+            thought = answer_thought(action.text)
         # A step's equivalents hold at the state the reference reaches: only when the step before was the
         # reference's own step before (no mistake or recovery in between, e.g. the focus is in the typed field).
         position = step.get("reference_index")

@@ -16,7 +16,7 @@ from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame
 
 def select_collection_tasks(sandbox_tasks: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
     """The tasks to collect on: ``split`` (all when null), at most ``max_tasks`` drawn (seeded) round-robin over
-    sites so a cap keeps every site and every template."""
+    task templates, so a cap gives every template the same share."""
     config = CollectParams.model_validate(params)
     return tasks_to_frame(tasks_from_frame(collection.select_tasks(sandbox_tasks, config)))
 

@@ -6,11 +6,16 @@ reaches (the reward and the step metrics accept them as well). The sandbox decla
 establish from HTML itself: pressing Enter while the focus is in a text field of a form submits that form through
 its submit button (HTML's implicit submission), so a click on the submit button of a form whose field the step
 before typed into (without submitting) has ``press("Enter")`` as an equivalent (``steps.submit``).
+
+An ``answer`` step may carry ``read``: a regular expression whose first group is the answer as the page shows it.
+Its text is then read off the observation the step acts on, like a click's element id, so an agent that opened a
+plausible wrong item answers what that item's page says (and fails), instead of an answer it could not have seen.
 tests/web checks every declared equivalent in Chromium: played in the step's place it reaches the same page and the
 task's checker still passes."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rmsweb_kedro.actions import TARGETED, Action, ActionType, format_action, normalize_text
@@ -33,10 +38,12 @@ def make_step(
     alternatives: list[ReferenceStep] | None = None,
     recovery: list[ReferenceStep] | None = None,
     equivalents: list[ReferenceStep] | None = None,
+    read: str | None = None,
     **arguments: Any,
 ) -> ReferenceStep:
     """One reference step; ``arguments`` are Action fields (text, submit, option, key, seconds, status...);
-    ``equivalents``: steps that do the same at this state (module docstring)."""
+    ``equivalents``: steps that do the same at this state; ``read``: where an answer's text is on the page
+    (module docstring)."""
     action_type = ActionType(action)
     step: ReferenceStep = {"action": action_type.value}
     if action_type in TARGETED:
@@ -56,7 +63,25 @@ def make_step(
         step["recovery"] = recovery
     if equivalents:
         step["equivalents"] = equivalents
+    if read:
+        if action_type is not ActionType.ANSWER or re.compile(read).groups < 1:
+            raise ValueError(f"read= is for answer steps, a pattern with one group; got {action} {read!r}")
+        step["read"] = read
     return step
+
+
+def answer_thought(text: str) -> str:
+    """The thought of an answer step: what the page said."""
+    return f"The page says {text}."
+
+
+def read_answer(pattern: str, observation: Observation) -> str:
+    """The first group of ``pattern``'s first match in the observation's accessibility tree; raises
+    TargetNotFound when the page does not show it."""
+    found = re.search(pattern, observation.axtree or "")
+    if found is None:
+        raise TargetNotFound(f"no text matching {pattern!r} on {observation.url}")
+    return found.group(1)
 
 
 def find_element(observation: Observation, role: str, name: str) -> Element:
@@ -79,6 +104,8 @@ def resolve_step(step: ReferenceStep, observation: Observation) -> Action:
     if action_type in TARGETED:
         target = step["target"]
         fields["element"] = find_element(observation, target["role"], target["name"]).id
+    if step.get("read"):
+        fields["text"] = read_answer(step["read"], observation)
     return Action(type=action_type, **fields)
 
 

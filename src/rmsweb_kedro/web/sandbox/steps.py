@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rmsweb_kedro.web.sandbox.reference import ReferenceStep, make_step
+from rmsweb_kedro.web.sandbox.reference import ReferenceStep, answer_thought, make_step
 
 Pools = dict[str, list[str]]
 
@@ -101,8 +101,15 @@ def submit(name: str, thought: str) -> ReferenceStep:
     return make_step("click", thought, "button", name, equivalents=[enter])
 
 
-def answer(text: str) -> ReferenceStep:
-    return make_step("answer", f"The page says {text}.", text=text)
+#: The first price on a page, as :func:`pages.money` prints it (a sorted result list's cheapest).
+MONEY = r"(\d[\d,]*\.\d\d USD)"
+
+
+def answer(text: str, read: str | None = None) -> ReferenceStep:
+    """The final answer, ``text``; with ``read`` (a pattern whose first group is the answer) the agent reads it off
+    the page it is on (reference.py), so a wrong item opened earlier gives that item's value. Without ``read`` the
+    answer is fixed (one computed from several pages)."""
+    return make_step("answer", answer_thought(text), text=text, read=read)
 
 
 def done() -> ReferenceStep:

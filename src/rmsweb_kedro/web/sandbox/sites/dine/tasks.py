@@ -48,7 +48,7 @@ def dine_opening(dine: DineData, rng: random.Random, pools: Pools) -> Draft | No
     return Draft(
         f"At what time does {restaurant.name} in {restaurant.city} open?",
         {"restaurant": restaurant.name, "city": restaurant.city},
-        [*steps, answer(restaurant.opens)],
+        [*steps, answer(restaurant.opens, r"opens at (\d{1,2}:\d\d)")],
         expect(restaurant.opens),
     )
 

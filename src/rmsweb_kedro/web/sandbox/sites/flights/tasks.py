@@ -8,6 +8,7 @@ from rmsweb_kedro.web.sandbox.pages import money
 from rmsweb_kedro.web.sandbox.reference import ReferenceStep, make_step
 from rmsweb_kedro.web.sandbox.sites.flights.data import SORT_FLIGHTS, Flight, FlightData
 from rmsweb_kedro.web.sandbox.steps import (
+    MONEY,
     Draft,
     Pools,
     Template,
@@ -36,7 +37,7 @@ def flight_gate(flights: FlightData, rng: random.Random, pools: Pools) -> Draft:
         make_step("click", "Flight status is on its own page.", "link", "Flight status",
                   decision="dead_end", alternatives=[help_detour()]),
         search("Flight number", number, f"Look up {number}.", button="Check status"),
-        answer(gate),
+        answer(gate, r"from gate (\w+)"),
     ]  # fmt: skip
     return Draft(f"From which gate does flight {number} depart?", {"flight": number}, steps, expect(gate))
 
@@ -63,7 +64,7 @@ def flight_search(
                 choose("Sort by", SORT_FLIGHTS[1], SORT_FLIGHTS, "Sort by price.")]),
     ]  # fmt: skip
     overall = min(found, key=lambda f: f.price)
-    skip = [answer(money(overall.price))] if overall is not cheapest else []
+    skip = [answer(money(overall.price), MONEY)] if overall is not cheapest else []
     nonstop = make_step("click", "Only nonstop flights.", "checkbox", "Nonstop only",
                         decision="skip_filter" if skip else None, alternatives=skip)  # fmt: skip
     return (origin, destination, date, found, cheapest), [*steps, nonstop]
@@ -74,7 +75,7 @@ def flight_cheapest(flights: FlightData, rng: random.Random, pools: Pools) -> Dr
     return Draft(
         f"Find the cheapest nonstop flight from {origin} to {destination} on {date}. What does it cost?",
         {"origin": origin, "destination": destination, "date": date},
-        [*steps, answer(money(cheapest.price))],
+        [*steps, answer(money(cheapest.price), MONEY)],
         expect(money(cheapest.price)),
     )
 

@@ -8,6 +8,7 @@ from rmsweb_kedro.web.sandbox.pages import money
 from rmsweb_kedro.web.sandbox.reference import ReferenceStep
 from rmsweb_kedro.web.sandbox.sites.homes.data import BEDROOM_FILTERS, HOMES_PER_PAGE, HomesData, Listing
 from rmsweb_kedro.web.sandbox.steps import (
+    MONEY,
     Draft,
     Pools,
     Template,
@@ -71,7 +72,7 @@ def homes_year(homes: HomesData, rng: random.Random, pools: Pools) -> Draft | No
     return Draft(
         f"In which year was the home at {home.address} in {home.city} built?",
         {"address": home.address, "city": home.city},
-        [*steps, answer(str(home.year_built))],
+        [*steps, answer(str(home.year_built), r"built in (\d{4})")],
         expect(str(home.year_built)),
     )
 
@@ -106,7 +107,7 @@ def homes_cheapest(homes: HomesData, rng: random.Random, pools: Pools) -> Draft 
     return Draft(
         f"What is the price of the cheapest home in {city} with {at_least}?",
         {"city": city, "beds": beds},
-        [*steps, answer(price)],
+        [*steps, answer(price, MONEY)],
         expect(price),
     )
 

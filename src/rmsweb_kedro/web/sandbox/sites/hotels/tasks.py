@@ -35,7 +35,7 @@ def hotel_rating(hotels: HotelsData, rng: random.Random, pools: Pools) -> Draft 
         accept_cookies(),
         dead_end_search("City", city, f"Hotels in {city}."),
         pick("link", hotel.name, [h.name for h in hotels.hotels[city]], f"Open {hotel.name}."),
-        answer(str(hotel.rating)),
+        answer(str(hotel.rating), r"Rating (\d+(?:\.\d+)?)"),
     ]
     return Draft(
         f"What is the guest rating of {hotel.name} in {city}?",

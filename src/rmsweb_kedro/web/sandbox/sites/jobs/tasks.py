@@ -62,7 +62,7 @@ def job_salary(jobs: JobsData, rng: random.Random, pools: Pools) -> Draft | None
                 pick_job(jobs, job, job.kind),
             ],
         ),
-        answer(salary),
+        answer(salary, r"(\d[\d,]* USD) a year"),
     ]
     return Draft(
         f"What is the yearly salary of the {job.title} job at {job.company} in {job.city}?",

@@ -37,22 +37,27 @@ def open_recipe(
     return recipe, steps
 
 
+#: fact -> (question, the recipe's attribute, where the recipe page shows it)
 RECIPE_QUESTIONS = {
-    "minutes": ("How many minutes does the {name} take to make?", "minutes"),
-    "serves": ("How many people does the {name} serve?", "serves"),
-    "calories": ("How many calories per serving does the {name} have?", "calories"),
+    "minutes": ("How many minutes does the {name} take to make?", "minutes", r"Ready in (\d+) minutes"),
+    "serves": ("How many people does the {name} serve?", "serves", r"Serves (\d+)"),
+    "calories": (
+        "How many calories per serving does the {name} have?",
+        "calories",
+        r"(\d+) calories per serving",
+    ),
 }
 
 
 def recipe_fact(recipes: RecipesData, rng: random.Random, pools: Pools) -> Draft:
     recipe, steps = open_recipe(recipes, rng, pools)
     fact = rng.choice(sorted(RECIPE_QUESTIONS))
-    question, attribute = RECIPE_QUESTIONS[fact]
+    question, attribute, shown = RECIPE_QUESTIONS[fact]
     value = str(getattr(recipe, attribute))
     return Draft(
         question.format(name=recipe.name),
         {"recipe": recipe.name, "fact": fact},
-        [accept_cookies(), *steps, answer(value)],
+        [accept_cookies(), *steps, answer(value, shown)],
         expect(value),
     )
 
@@ -66,7 +71,7 @@ def recipe_compare(recipes: RecipesData, rng: random.Random, pools: Pools) -> Dr
     return Draft(
         f"Which has fewer calories per serving, the {first.name} or the {second.name}? Answer with its name.",
         {"first": first.name, "second": second.name},
-        [accept_cookies(), *steps_a, *steps_b, answer(lighter.name)],
+        [accept_cookies(), *steps_a, *steps_b, answer(lighter.name)],  # compared across two pages: fixed
         expect(lighter.name),
     )
 

@@ -8,6 +8,7 @@ from rmsweb_kedro.web.sandbox.pages import money
 from rmsweb_kedro.web.sandbox.reference import ReferenceStep
 from rmsweb_kedro.web.sandbox.sites.shop.data import SIZES, Product, ShopData
 from rmsweb_kedro.web.sandbox.steps import (
+    MONEY,
     Draft,
     Pools,
     Template,
@@ -46,7 +47,7 @@ def shop_price(shop: ShopData, rng: random.Random, pools: Pools) -> Draft:
     return Draft(
         f"What is the price of the {product.name} on Shopwell?",
         {"product": product.name},
-        [*steps, answer(money(product.price))],
+        [*steps, answer(money(product.price), "Price: " + MONEY)],
         expect(money(product.price)),
     )
 
