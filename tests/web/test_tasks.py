@@ -131,6 +131,21 @@ def test_resolve_step_finds_the_element_by_role_and_name() -> None:
         resolve_step({"action": "click", "target": {"role": "link", "name": "Red scarf"}}, observation)
 
 
+def test_an_answer_step_with_read_takes_its_text_from_the_page() -> None:
+    from rmsweb_kedro.web.sandbox.steps import MONEY, answer
+
+    page = Observation(
+        url="http://shop.sandbox.test/product/3", axtree='heading "Green mug"\ntext "Price: 12.50 USD"'
+    )
+    step = answer("80.00 USD", "Price: " + MONEY)  # the reference's value; this page shows another item's
+    assert step["text"] == "80.00 USD" and step["read"] == "Price: " + MONEY
+    assert str(resolve_step(step, page)) == 'answer("12.50 USD")'
+    with pytest.raises(TargetNotFound, match="no text matching"):
+        resolve_step(step, Observation(url="http://shop.sandbox.test/cart", axtree='heading "Cart"'))
+    with pytest.raises(ValueError, match="one group"):
+        answer("1", r"\d+")
+
+
 def wrong_value(value: str) -> str:
     return (
         value + "x"
