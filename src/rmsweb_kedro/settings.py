@@ -1,6 +1,7 @@
-"""Project settings: the config loader soft-merges parameters so ``--params a.b=1`` changes one key and resolves
-``${merge:a, b, ...}`` (the ablation variants' parameters, conf/base/parameters_ablations.yml); the tracking hooks
-(``hooks.py``) wrap kedro-mlflow, whose own auto-registered hook is disabled."""
+"""Project settings: the config loader soft-merges parameters so ``--params a.b=1`` or an environment's file changes
+one key, and resolves ``${merge:a, b, ...}`` (the ablation variants' parameters, conf/base/parameters_ablations.yml)
+after base and the run's environment are merged; the tracking hooks (``hooks.py``) wrap kedro-mlflow, whose own
+auto-registered hook is disabled."""
 
 import os
 from typing import Any
@@ -25,7 +26,19 @@ def merge_parameters(*blocks: Any) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.merge(*blocks), resolve=True)
 
 
-CONFIG_LOADER_CLASS = OmegaConfigLoader
+class ProjectConfigLoader(OmegaConfigLoader):
+    """Kedro's loader, but parameters are resolved once over base's files, then the run environment's, then
+    ``--params`` (deep-merged in that order), where Kedro resolves each folder apart. So ``--env experiment`` or
+    ``--env production`` changing ``collect`` or ``ablations.budget`` reaches every ``${merge:${collect}, ...}``
+    built from them in base (the ablation variants), as a ``--params`` change does."""
+
+    def _resolve_from_raw_config(self, key, base_configs, env_configs, *args, **kwargs):  # noqa: ANN001
+        if key != "parameters":
+            return super()._resolve_from_raw_config(key, base_configs, env_configs, *args, **kwargs)
+        return self._merge_and_resolve(key, {**base_configs, **env_configs})
+
+
+CONFIG_LOADER_CLASS = ProjectConfigLoader
 CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",
