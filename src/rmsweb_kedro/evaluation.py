@@ -16,7 +16,7 @@ import random
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.agents.factory import PolicySpec
@@ -63,12 +63,28 @@ class CostModel(_Params):
     completion_usd_per_million: float = Field(default=0.0, ge=0)
 
 
+#: Claim keys measured between any two models' online episodes, paired by (task, run):
+#: ``online_success_points`` (first minus second) and ``steps_on_solved_pct`` (% fewer steps of first).
+PAIRED_MEASURES = frozenset({"online_success_points", "steps_on_solved_pct"})
+
+
 class Claim(_Params):
-    key: str  # what this run measures for it (a key of evaluation_report.measures)
+    key: str  # what this run measures for it (a key of evaluation_report.measures, or of PAIRED_MEASURES)
     claim: str
     paper: str  # the paper's figure, as published
     paper_low: float | None = None  # the published range in the measure's unit, for the direction check
     paper_high: float | None = None
+    #: the two models a PAIRED_MEASURES key compares, first against second (labels of online_episodes' model)
+    models: tuple[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _models_with_paired_keys(self) -> Claim:
+        if (self.key in PAIRED_MEASURES) != (self.models is not None):
+            raise ValueError(
+                f"claim {self.key!r}: `models` [first, second] goes with the keys {sorted(PAIRED_MEASURES)} "
+                "and only with them"
+            )
+        return self
 
 
 class EvaluateParams(_Params):

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.evaluation import EvaluateParams, paired_outcomes
+from rmsweb_kedro.evaluation import Claim, EvaluateParams, paired_outcomes
 from rmsweb_kedro.mining import EpisodeFailure, classify_episode
 from rmsweb_kedro.reporting import (
     BOOTSTRAP_INTERVAL,
@@ -99,6 +99,40 @@ def online_difference(episodes: pl.DataFrame, first: str, second: str, confidenc
     )
 
 
+def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: EvaluateParams) -> Measure:
+    """% fewer steps ``first`` takes than ``second`` on the (task, run) pairs both solved online, ``100 (1 −
+    mean(first) / mean(second))`` (:func:`~rmsweb_kedro.reporting.steps_saved_pct`), with a paired bootstrap
+    interval over those pairs (``bootstrap_resamples`` resamples, seeded with ``seed``)."""
+    won = episodes.filter(pl.col("success").fill_null(False)).select("model", "task_id", "run", "n_steps")
+    pairs = won.filter(pl.col("model") == first).join(
+        won.filter(pl.col("model") == second), on=["task_id", "run"], suffix="_b"
+    )
+    what = f"steps on the test tasks both {first} and {second} solved online, % fewer for {first}"
+    if pairs.is_empty():
+        return Measure(None, f"{what}: not measured (no task solved by both)", n=0)
+    ours, theirs = pairs["n_steps"].to_list(), pairs["n_steps_b"].to_list()
+    low, high = paired_bootstrap(
+        ours, theirs, steps_saved_pct, config.bootstrap_resamples, config.seed, config.confidence
+    )
+    how = f"{what}, over the {pairs.height} (task, run) pairs both solved; " + (
+        "no interval: under 2 pairs to resample"
+        if low is None
+        else f"{config.bootstrap_resamples} resamples of those pairs, seed {config.seed}"
+    )
+    return Measure(
+        float(steps_saved_pct(ours, theirs)), how, low, high, pairs.height,
+        None if low is None else BOOTSTRAP_INTERVAL,
+    )  # fmt: skip
+
+
+def paired_measure(claim: Claim, episodes: pl.DataFrame, config: EvaluateParams) -> Measure:
+    """A :data:`~rmsweb_kedro.evaluation.PAIRED_MEASURES` claim between its two ``models``."""
+    first, second = claim.models
+    if claim.key == "online_success_points":
+        return online_difference(episodes, first, second, config.confidence)
+    return online_steps_saved(episodes, first, second, config)
+
+
 def reflection_saving(collection_log: pl.DataFrame, config: EvaluateParams) -> Measure:
     """% of steps reflection_retries saves on the tasks both it and a baseline mode solved (the first baseline of
     :data:`~rmsweb_kedro.reporting.STEP_BASELINES` with such a task), with a paired bootstrap interval over those
@@ -166,13 +200,18 @@ CLAIMS_SCHEMA = pl.Schema(
 def claims_table(
     episodes: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
 ) -> pl.DataFrame:
-    """The paper's claims (``config.claims``) beside this run's figure, its interval and whether the direction
-    agrees: every claim is stated as a gain (points gained, % of steps saved), so agreeing means a positive figure;
-    ``resolved`` says whether the interval excludes 0 (None when there is no interval)."""
+    """The paper's claims (``config.claims``) beside this run's figure (:func:`measures`, or :func:`paired_measure`
+    for a claim naming two ``models``), its interval and whether the direction agrees: every claim is stated as a
+    gain (points gained, % of steps saved), so agreeing means a positive figure; ``resolved`` says whether the
+    interval excludes 0 (None when there is no interval)."""
     measured = measures(episodes, collection_log, config)
     rows = []
     for claim in config.claims:
-        m = measured.get(claim.key, Measure(None, f"unknown measure {claim.key!r}"))
+        m = (
+            paired_measure(claim, episodes, config)
+            if claim.models
+            else measured.get(claim.key, Measure(None, f"unknown measure {claim.key!r}"))
+        )
         rows.append(
             {"claim": claim.claim, "paper": claim.paper, "this_run": m.value, "low": m.low, "high": m.high,
              "n": m.n, "interval": m.interval, "p_value": m.p_value,

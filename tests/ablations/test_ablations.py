@@ -21,7 +21,7 @@ from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.schema import COLLECTION_LOG_SCHEMA, STATE_SCHEMA, tasks_to_frame
-from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, merge_parameters
+from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, ProjectConfigLoader, merge_parameters
 from tests.fixtures_web import chromium_available
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,6 +102,26 @@ def test_reflection_steps_are_paired_on_tasks_both_modes_solved():
         "not measured in this run"
         in report.measures(no_episodes, lone, config)["reflection_steps_saved_pct"].how
     )
+
+
+def test_an_environment_reaches_every_variant_built_from_what_it_changes():
+    """``--env experiment`` / ``--env production`` change stages and the budget in their own folders; the variants'
+    ``${merge:${collect}, ...}`` live in base and still see the change (the project's loader resolves once)."""
+    experiment = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="experiment")["parameters"]
+    ablations = experiment["ablations"]
+    assert experiment["collect"]["max_tasks"] == 180 and ablations["budget"]["collect"]["max_tasks"] == 60
+    for mode in COLLECTION_MODES:
+        variant = ablations[f"collect_{mode}"]
+        assert variant["collect"]["max_tasks"] == 60 and variant["collect"]["modes"] == [mode]
+        assert variant["sft"]["training"]["loop"]["max_steps"] == 640
+    for mode in SALVAGE_MODES:
+        variant = ablations[f"rl_{mode}"]["salvage_ds"]
+        assert variant["loop"]["max_steps"] == experiment["salvage_ds"]["loop"]["max_steps"] == 144
+        assert variant["algorithm"]["sampled_action_budget"] == 2304 and variant["algorithm"]["mode"] == mode
+    assert ablations["evaluate"]["online"]["max_tasks"] is None  # every test task, as the recipe's models
+    production = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="production")["parameters"]
+    for mode in COLLECTION_MODES:  # the served teacher, not base's scripted one
+        assert production["ablations"][f"collect_{mode}"]["collect"]["teacher"]["kind"] == "openai"
 
 
 def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default_run():
@@ -266,19 +286,35 @@ def test_namespaced_outputs_and_consistent_counts(ablation_run):
         assert reflection["this_run"] == pytest.approx(expected["steps_saved_pct"][0])
     else:
         assert reflection["this_run"] is None and "not measured" in reflection["measured_as"]
+    # The claims between variants (ablations.claims): each paired difference is the two variants' own episodes.
+    between = pl.read_csv(data / "08_reporting/ablations/ablation_claims.csv")
+    params = OmegaConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS)["parameters"]
+    configured = params["ablations"]["claims"]
+    assert between["claim"].to_list() == [c["claim"] for c in configured]
+    won = {v: int(table[v]["successes"] == "1/1") for v in VARIANTS}  # one test task a variant
+    for claim, row in zip(configured, between.iter_rows(named=True), strict=True):
+        if claim["key"] == "online_success_points":
+            first, second = claim["models"]
+            assert row["n"] == 1 and row["this_run"] == 100 * (won[first] - won[second])
+            assert row["low"] <= row["this_run"] <= row["high"]
+    assert "### Claims between variants" in markdown
 
 
 def test_the_report_section_states_the_budget_it_is_given():
     from rmsweb_kedro.pipelines.ablations import nodes
 
     steps = reporting.reflection_steps(pl.DataFrame(schema=COLLECTION_LOG_SCHEMA))
-    section = nodes.ablation_section(pl.DataFrame({"variant": ["rl_grpo"]}), steps, 40, 120, 24, online=False)
+    claims = pl.DataFrame({"claim": ["(c) salvage_ds beats grpo"], "this_run": [2.0]})
+    section = nodes.ablation_section(
+        pl.DataFrame({"variant": ["rl_grpo"]}), claims, steps, 40, 120, 24, online=False
+    )
     assert section.startswith("## Ablations")
     assert (
         "collection on 40 tasks per mode, SFT 120 steps per corpus, Salvage-DS 24 steps per variant"
         in section
     )
     assert "(online evaluation off in this run)" in section and "| rl_grpo |" in section
+    assert "| (c) salvage_ds beats grpo | 2 |" in section
 
 
 def test_every_parameter_the_ablations_read_is_in_the_config():

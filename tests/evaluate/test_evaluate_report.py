@@ -261,6 +261,33 @@ def test_paired_online_differences_on_the_same_episodes():
     assert "no online episode of rmsweb" in claim(table, "rmsweb_minus_sft_points")["measured_as"]
 
 
+def test_claims_between_any_two_models():
+    """``models: [first, second]`` with the paired keys: the same paired difference as the built-in claims, and
+    steps on the tasks both solved with a paired bootstrap interval."""
+    params = {"claims": [
+        {"key": "online_success_points", "models": ["b", "a"], "claim": "b beats a", "paper": "-"},
+        {"key": "steps_on_solved_pct", "models": ["b", "a"], "claim": "b is shorter", "paper": "-"},
+        {"key": "steps_on_solved_pct", "models": ["b", "c"], "claim": "b is shorter than c", "paper": "-"},
+    ]}  # fmt: skip
+    # a solves t0-t5 in 10 steps; b solves t0-t9, t0-t3 in 6 steps, the rest in 8.
+    a = episodes("a", [(i < 6, 10, "answer") for i in range(20)], runs=1)
+    b = episodes("b", [(i < 10, 6 if i < 4 else 8, "answer") for i in range(20)], runs=1)
+    c = episodes("c", [(False, 14, "max_steps")] * 20, runs=1)
+    table = nodes.claims_table(pl.concat([a, b, c]), collect_log([]), params)
+    success, steps, none = table.iter_rows(named=True)
+    assert success["this_run"] == pytest.approx(100 * 4 / 20) and success["n"] == 20
+    assert success["interval"] == reporting.PAIRED_INTERVAL and success["low"] < 20 < success["high"]
+    # over t0-t5, both solved: b takes (4 x 6 + 2 x 8) / 6 steps, a 10
+    assert steps["this_run"] == pytest.approx(100 * (1 - (4 * 6 + 2 * 8) / 6 / 10)) and steps["n"] == 6
+    assert steps["interval"] == reporting.BOOTSTRAP_INTERVAL and 20 <= steps["low"] <= steps["high"] <= 40
+    assert steps["resolved"] is True
+    assert none["this_run"] is None and none["n"] == 0 and "no task solved by both" in none["measured_as"]
+    with pytest.raises(ValueError, match="`models` \\[first, second\\] goes with the keys"):
+        evaluation.Claim(key="online_success_points", claim="x", paper="-")
+    with pytest.raises(ValueError, match="goes with the keys"):
+        evaluation.Claim(key="sft_minus_base_points", claim="x", paper="-", models=("sft", "base"))
+
+
 def test_pairs_are_episodes_of_the_same_run():
     """sft wins run 0 and base wins run 1 of the same task: two discordant pairs (pairing across runs would make
     four pairs)."""

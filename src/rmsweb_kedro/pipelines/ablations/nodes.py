@@ -107,13 +107,15 @@ def ablation_table(comparison: pl.DataFrame, *facts: dict[str, Any]) -> pl.DataF
 
 def ablation_section(
     table: pl.DataFrame,
+    claims: pl.DataFrame,
     steps: pl.DataFrame,
     collect_tasks: int,
     sft_steps: int,
     salvage_ds_steps: int,
     online: bool,
 ) -> str:
-    """The report's "Ablations" section (markdown): the table, the paired reflection-steps table, the budget
+    """The report's "Ablations" section (markdown): the table, the claims between variants (``ablation_claims``:
+    paired differences with their intervals), the paired reflection-steps table, the budget
     (``ablations.budget``: tasks collected per mode, SFT and Salvage-DS steps per variant; whether the variants were
     evaluated online) and the plot."""
     return "\n\n".join(
@@ -129,6 +131,8 @@ def ablation_section(
             + ("" if online else " (online evaluation off in this run)")
             + ".",
             ablation_markdown(table).strip(),
+            "### Claims between variants (paired by task and run; `resolved`: the interval excludes 0)",
+            markdown_table(claims),
             "### Reflection steps saved (the collection-mode ablation, paired on the tasks both modes solved)",
             markdown_table(steps),
             "![ablations](ablations/ablations.png)",

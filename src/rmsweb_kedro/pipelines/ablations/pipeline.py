@@ -100,7 +100,8 @@ def _rl_variant(
 
 
 def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
-    """Every variant, their evaluation, the comparison table and the report re-rendered with its section."""
+    """Every variant, their evaluation, the comparison table, the claims between variants and the report
+    re-rendered with its section."""
     stages = reused.stages
     collection = [_collection_variant(mode, stages) for mode in COLLECTION_MODES]
     modes = [
@@ -136,11 +137,20 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
                                         "evaluation_failure_modes", "run_manifest", "online_episodes")} | {"reflection_steps": "ablations.reflection_steps", "collection_log": "ablations.collection_log", "ablations.report_section": "ablations.report_section"},
         parameters={"evaluate"},
     )  # fmt: skip
+    # the report's claims node over the variants' episodes, with the ablations' own claims (ablations.claims)
+    variant_claims = pipeline(
+        reused.report_nodes().only_nodes_with_outputs("claims_vs_run"),
+        namespace="ablations.variants",
+        inputs={"online_episodes": "ablations.online_episodes", "collection_log": "ablations.collection_log"},
+        outputs={"claims_vs_run": "ablation_claims"},
+        parameters={"evaluate": "ablations.evaluate"},
+    )
     return (
         sum(collection + modes, Pipeline([]))
         + full
         + evaluation
         + the_report
+        + variant_claims
         + Pipeline(
             [
                 Node(
@@ -196,6 +206,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
                     nodes.ablation_section,
                     inputs={
                         "table": "ablation_comparison",
+                        "claims": "ablation_claims",
                         "steps": "ablations.reflection_steps",
                         "collect_tasks": "params:ablations.budget.collect.max_tasks",
                         "sft_steps": "params:ablations.budget.sft.training.loop.max_steps",
