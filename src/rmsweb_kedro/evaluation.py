@@ -63,9 +63,10 @@ class CostModel(_Params):
     completion_usd_per_million: float = Field(default=0.0, ge=0)
 
 
-#: Claim keys measured between any two models' online episodes, paired by (task, run):
-#: ``online_success_points`` (first minus second) and ``steps_on_solved_pct`` (% fewer steps of first).
-PAIRED_MEASURES = frozenset({"online_success_points", "steps_on_solved_pct"})
+#: Claim keys measured between any two models, paired: ``online_success_points`` (first minus second, online
+#: episodes paired by (task, run)), ``steps_on_solved_pct`` (% fewer steps of first on the episodes both solved) and
+#: ``offline_step_points`` (first minus second, step success on the held-out states, paired by state).
+PAIRED_MEASURES = frozenset({"online_success_points", "steps_on_solved_pct", "offline_step_points"})
 
 
 class Claim(_Params):
@@ -322,15 +323,22 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
     }
 
 
-def paired_outcomes(episodes: pl.DataFrame, first: str, second: str) -> tuple[int, int, int, int]:
-    """The paired 2x2 table of two models' online episodes over the same episodes, ``(both succeed, only first,
-    only second, neither)``: rows paired by ``(task_id, run)``; a pair where either episode was an environment error
-    (success null: not judged) is left out, so the counts sum to the pairs judged for both."""
-    judged = episodes.filter(pl.col("success").is_not_null()).select("model", "task_id", "run", "success")
+def paired_outcomes(
+    rows: pl.DataFrame,
+    first: str,
+    second: str,
+    on: tuple[str, ...] = ("task_id", "run"),
+    outcome: str = "success",
+) -> tuple[int, int, int, int]:
+    """The paired 2x2 table of two models' outcomes on the same items, ``(both succeed, only first, only second,
+    neither)``: rows paired by ``on`` (online episodes: ``(task_id, run)``, ``success``; offline predictions:
+    ``state_id``, ``step_success``); a pair where either outcome is null (an environment error: not judged) is left
+    out, so the counts sum to the pairs judged for both."""
+    judged = rows.filter(pl.col(outcome).is_not_null()).select("model", *on, outcome)
     pairs = judged.filter(pl.col("model") == first).join(
-        judged.filter(pl.col("model") == second), on=["task_id", "run"], suffix="_b"
+        judged.filter(pl.col("model") == second), on=list(on), suffix="_b"
     )
-    a, b = pairs["success"], pairs["success_b"]
+    a, b = pairs[outcome], pairs[f"{outcome}_b"]
     return int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum())
 
 

@@ -72,26 +72,33 @@ class Measure:
     p_value: float | None = None
 
 
-def online_difference(episodes: pl.DataFrame, first: str, second: str, confidence: float) -> Measure:
-    """Online success of ``first`` minus ``second`` in points, over the episodes both ran (paired by task and run,
-    environment errors left out: :func:`~rmsweb_kedro.evaluation.paired_outcomes`), with Newcombe's paired
-    interval and McNemar's exact p-value (:mod:`rmsweb_kedro.reporting`)."""
-    both, only_first, only_second, neither = paired_outcomes(episodes, first, second)
+def paired_points(
+    rows: pl.DataFrame, first: str, second: str, confidence: float, *, offline: bool = False
+) -> Measure:
+    """``first``'s success minus ``second``'s in points, paired (:func:`~rmsweb_kedro.evaluation.paired_outcomes`):
+    online episodes by task and run (environment errors left out), or with ``offline`` the held-out states' step
+    success by state; with Newcombe's paired interval and McNemar's exact p-value (:mod:`rmsweb_kedro.reporting`)."""
+    if offline:
+        counts = paired_outcomes(rows, first, second, on=("state_id",), outcome="step_success")
+        what, row, items = "offline step success", "offline prediction", "held-out states scored for both"
+        none = "no held-out state scored for both models"
+    else:
+        counts = paired_outcomes(rows, first, second)
+        what, row = "online success", "online episode"
+        items = "(task, run) pairs judged for both (environment errors left out)"
+        none = "no (task, run) judged for both models"
+    both, only_first, only_second, neither = counts
     n = both + only_first + only_second + neither
-    what = f"{first} − {second} online success, in points"
+    what = f"{first} − {second} {what}, in points"
     if n == 0:
-        missing = [m for m in (first, second) if m not in set(episodes["model"].to_list())]
-        why = (
-            f"no online episode of {', '.join(missing)}"
-            if missing
-            else "no (task, run) judged for both models"
-        )
+        missing = [m for m in (first, second) if m not in set(rows["model"].to_list())]
+        why = f"no {row} of {', '.join(missing)}" if missing else none
         return Measure(None, f"{what}: not measured ({why})", n=0)
     low, high = paired_difference_interval(both, only_first, only_second, neither, confidence)
     p_value = mcnemar_exact_p(only_first, only_second)
     test = "no discordant pair" if p_value is None else f"McNemar exact p = {p_value:.3g}"
     how = (
-        f"{what}, over the {n} (task, run) pairs judged for both (environment errors left out): "
+        f"{what}, over the {n} {items}: "
         f"{only_first} won by {first} alone, {only_second} by {second} alone; {test}"
     )
     return Measure(
@@ -125,11 +132,15 @@ def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: 
     )  # fmt: skip
 
 
-def paired_measure(claim: Claim, episodes: pl.DataFrame, config: EvaluateParams) -> Measure:
+def paired_measure(
+    claim: Claim, episodes: pl.DataFrame, predictions: pl.DataFrame, config: EvaluateParams
+) -> Measure:
     """A :data:`~rmsweb_kedro.evaluation.PAIRED_MEASURES` claim between its two ``models``."""
     first, second = claim.models
     if claim.key == "online_success_points":
-        return online_difference(episodes, first, second, config.confidence)
+        return paired_points(episodes, first, second, config.confidence)
+    if claim.key == "offline_step_points":
+        return paired_points(predictions, first, second, config.confidence, offline=True)
     return online_steps_saved(episodes, first, second, config)
 
 
@@ -182,8 +193,8 @@ def measures(
 ) -> dict[str, Measure]:
     """How this run measures each claim key, from the online episodes and the collection log."""
     return {
-        "rmsweb_minus_sft_points": online_difference(episodes, "rmsweb", "sft", config.confidence),
-        "sft_minus_base_points": online_difference(episodes, "sft", "base", config.confidence),
+        "rmsweb_minus_sft_points": paired_points(episodes, "rmsweb", "sft", config.confidence),
+        "sft_minus_base_points": paired_points(episodes, "sft", "base", config.confidence),
         "reflection_steps_saved_pct": reflection_saving(collection_log, config),
     }
 
@@ -198,7 +209,7 @@ CLAIMS_SCHEMA = pl.Schema(
 
 
 def claims_table(
-    episodes: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
+    episodes: pl.DataFrame, predictions: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
 ) -> pl.DataFrame:
     """The paper's claims (``config.claims``) beside this run's figure (:func:`measures`, or :func:`paired_measure`
     for a claim naming two ``models``), its interval and whether the direction agrees: every claim is stated as a
@@ -208,7 +219,7 @@ def claims_table(
     rows = []
     for claim in config.claims:
         m = (
-            paired_measure(claim, episodes, config)
+            paired_measure(claim, episodes, predictions, config)
             if claim.models
             else measured.get(claim.key, Measure(None, f"unknown measure {claim.key!r}"))
         )

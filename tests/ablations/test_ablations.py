@@ -297,6 +297,8 @@ def test_namespaced_outputs_and_consistent_counts(ablation_run):
             first, second = claim["models"]
             assert row["n"] == 1 and row["this_run"] == 100 * (won[first] - won[second])
             assert row["low"] <= row["this_run"] <= row["high"]
+        elif claim["key"] == "offline_step_points":  # the same 4 held-out states for every variant
+            assert row["n"] == 4 and "4 held-out states scored for both" in row["measured_as"]
     assert "### Claims between variants" in markdown
 
 

@@ -31,6 +31,8 @@ PARAMS = {
     ],
     "figures": {"success_vs_cost": "evaluate/success_vs_cost.png"},
 }  # fmt: skip
+#: Claims of these tests are online or from the collection log: no offline prediction is needed.
+NO_PREDICTIONS = pl.DataFrame(schema=evaluation.OFFLINE_PREDICTION_SCHEMA)
 
 
 def test_wilson_interval_matches_known_values():
@@ -172,7 +174,7 @@ def test_collection_table_and_claims():
     assert rows["independent_retries"]["attempts_per_success"] == 3.0
 
     online = pl.concat([episodes(m, o) for m, o in ONLINE.items()])
-    claims = nodes.claims_table(online, collect_log(ATTEMPTS), PARAMS)
+    claims = nodes.claims_table(online, NO_PREDICTIONS, collect_log(ATTEMPTS), PARAMS)
     measured = dict(zip(claims["claim"], claims["this_run"], strict=True))
     # rmsweb - sft over 8 (task, run) pairs: t1 won by rmsweb alone in both runs.
     assert measured["RMSWeb beats SFT"] == pytest.approx(25.0)
@@ -188,11 +190,11 @@ def test_collection_table_and_claims():
     assert "no interval: under 2 tasks" in shorter["measured_as"]
     # One mode only: the reflection claim is not measured, and the table says why.
     reflection_only = collect_log([a for a in ATTEMPTS if a[0] == "reflection_retries"])
-    lone = nodes.claims_table(online, reflection_only, PARAMS)
+    lone = nodes.claims_table(online, NO_PREDICTIONS, reflection_only, PARAMS)
     assert lone["this_run"][1] is None and "needs reflection_retries" in lone["measured_as"][1]
     assert lone["same_direction"][1] is None and lone["resolved"][1] is None
     swapped = online.with_columns(pl.col("model").replace({"sft": "rmsweb", "rmsweb": "sft"}))
-    worse = nodes.claims_table(swapped, collect_log(ATTEMPTS), PARAMS)
+    worse = nodes.claims_table(swapped, NO_PREDICTIONS, collect_log(ATTEMPTS), PARAMS)
     assert worse["this_run"][0] == pytest.approx(-25.0) and worse["same_direction"][0] is False
 
 
@@ -224,31 +226,37 @@ def test_paired_online_differences_on_the_same_episodes():
     sft_wins = set(range(7))
     log = collect_log([])
     # 7/54 against 0/54 on the same tasks: resolved (7 discordant pairs, all sft's).
-    table = nodes.claims_table(pl.concat([solved("base", set()), solved("sft", sft_wins)]), log, PARAMS)
+    table = nodes.claims_table(
+        pl.concat([solved("base", set()), solved("sft", sft_wins)]), NO_PREDICTIONS, log, PARAMS
+    )
     row = claim(table, "sft_minus_base_points")
     assert row["this_run"] == pytest.approx(100 * 7 / 54) and row["n"] == 54
     assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
     assert row["interval"] == reporting.PAIRED_INTERVAL and row["p_value"] == pytest.approx(2 / 2**7)
     assert "54 (task, run) pairs" in row["measured_as"]
     # 1/54 against 0/54: not resolved.
-    table = nodes.claims_table(pl.concat([solved("base", set()), solved("sft", {0})]), log, PARAMS)
+    table = nodes.claims_table(
+        pl.concat([solved("base", set()), solved("sft", {0})]), NO_PREDICTIONS, log, PARAMS
+    )
     row = claim(table, "sft_minus_base_points")
     assert row["low"] < 0 < row["this_run"] < row["high"] and row["resolved"] is False
     # Identical models: 0, with an interval around it, and no discordant pair to test.
-    table = nodes.claims_table(pl.concat([solved("sft", sft_wins), solved("rmsweb", sft_wins)]), log, PARAMS)
+    table = nodes.claims_table(
+        pl.concat([solved("sft", sft_wins), solved("rmsweb", sft_wins)]), NO_PREDICTIONS, log, PARAMS
+    )
     row = claim(table, "rmsweb_minus_sft_points")
     assert row["this_run"] == 0 and row["low"] < 0 < row["high"] and row["resolved"] is False
     assert row["p_value"] is None and "no discordant pair" in row["measured_as"]
     # Environment errors are not judged: base's on t0-t2 take those pairs out (4 of sft's wins remain).
     errors = frozenset({0, 1, 2})
-    table = nodes.claims_table(pl.concat([solved("base", set(), env_errors=errors), solved("sft", sft_wins)]),
+    table = nodes.claims_table(pl.concat([solved("base", set(), env_errors=errors), solved("sft", sft_wins)]), NO_PREDICTIONS,
                                log, PARAMS)  # fmt: skip
     row = claim(table, "sft_minus_base_points")
     assert row["n"] == 51 and row["this_run"] == pytest.approx(100 * 4 / 51)
     assert "51 (task, run) pairs" in row["measured_as"]
     # No task in common: not measured, and why; a model without episodes likewise.
     other = solved("base", set()).with_columns(pl.col("task_id").str.replace("t", "u"))
-    table = nodes.claims_table(pl.concat([other, solved("sft", sft_wins)]), log, PARAMS)
+    table = nodes.claims_table(pl.concat([other, solved("sft", sft_wins)]), NO_PREDICTIONS, log, PARAMS)
     row = claim(table, "sft_minus_base_points")
     assert (row["this_run"], row["low"], row["high"], row["resolved"], row["n"]) == (
         None,
@@ -268,13 +276,27 @@ def test_claims_between_any_two_models():
         {"key": "online_success_points", "models": ["b", "a"], "claim": "b beats a", "paper": "-"},
         {"key": "steps_on_solved_pct", "models": ["b", "a"], "claim": "b is shorter", "paper": "-"},
         {"key": "steps_on_solved_pct", "models": ["b", "c"], "claim": "b is shorter than c", "paper": "-"},
+        {"key": "offline_step_points", "models": ["b", "a"], "claim": "b steps better", "paper": "-"},
     ]}  # fmt: skip
     # a solves t0-t5 in 10 steps; b solves t0-t9, t0-t3 in 6 steps, the rest in 8.
     a = episodes("a", [(i < 6, 10, "answer") for i in range(20)], runs=1)
     b = episodes("b", [(i < 10, 6 if i < 4 else 8, "answer") for i in range(20)], runs=1)
     c = episodes("c", [(False, 14, "max_steps")] * 20, runs=1)
-    table = nodes.claims_table(pl.concat([a, b, c]), collect_log([]), params)
-    success, steps, none = table.iter_rows(named=True)
+    # Offline: b right on s0-s29 of 40 held-out states, a on s0-s9 and s30-s34 (s35 unscored: null).
+    predictions = pl.DataFrame(
+        [{"model": model, "state_id": f"s{i}", "step_success": None if i == 35 else right(i)}
+         for model, right in (("a", lambda i: i < 10 or 30 <= i < 35), ("b", lambda i: i < 30))
+         for i in range(40)],
+        schema_overrides={"step_success": pl.Boolean},
+    )  # fmt: skip
+    table = nodes.claims_table(pl.concat([a, b, c]), predictions, collect_log([]), params)
+    success, steps, none, offline = table.iter_rows(named=True)
+    # 39 states scored for both: b alone right on s10-s29 (20), a alone on s30-s34 (5)
+    assert offline["n"] == 39 and offline["this_run"] == pytest.approx(100 * 15 / 39)
+    assert offline["resolved"] is True and offline["p_value"] == pytest.approx(
+        reporting.mcnemar_exact_p(20, 5)
+    )
+    assert "39 held-out states scored for both: 20 won by b alone, 5 by a alone" in offline["measured_as"]
     assert success["this_run"] == pytest.approx(100 * 4 / 20) and success["n"] == 20
     assert success["interval"] == reporting.PAIRED_INTERVAL and success["low"] < 20 < success["high"]
     # over t0-t5, both solved: b takes (4 x 6 + 2 x 8) / 6 steps, a 10
@@ -301,7 +323,7 @@ def test_report_says_which_paired_differences_are_resolved():
     online = pl.concat([solved("base", set()), solved("sft", set(range(7))), solved("rmsweb", set(range(9)))])
     none = pl.DataFrame(schema=evaluation.OFFLINE_PREDICTION_SCHEMA)
     comparison = nodes.compare_models(evaluation.offline_metrics(none), online, PARAMS)
-    claims = nodes.claims_table(online, collect_log(ATTEMPTS), PARAMS)
+    claims = nodes.claims_table(online, NO_PREDICTIONS, collect_log(ATTEMPTS), PARAMS)
     markdown = nodes.build_report(
         comparison, nodes.online_breakdown(online, PARAMS), claims, report.collection_table({}),
         reporting.reflection_steps(collect_log(ATTEMPTS)), report.failure_modes(none, online), PARAMS,
@@ -324,17 +346,17 @@ def test_steps_saved_has_a_seeded_paired_bootstrap_interval():
         for mode, steps in (("reflection_retries", ours), ("independent_retries", theirs))
     ]
     log, online = collect_log(attempts), pl.DataFrame(schema=evaluation.EPISODE_SCHEMA)
-    row = claim(nodes.claims_table(online, log, PARAMS), "reflection_steps_saved_pct")
+    row = claim(nodes.claims_table(online, NO_PREDICTIONS, log, PARAMS), "reflection_steps_saved_pct")
     assert row["this_run"] == pytest.approx(100 * (1 - 41 / 54)) and row["n"] == 6
     assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
     assert row["interval"] == reporting.BOOTSTRAP_INTERVAL and "2000 resamples" in row["measured_as"]
-    again = claim(nodes.claims_table(online, log, PARAMS), "reflection_steps_saved_pct")
+    again = claim(nodes.claims_table(online, NO_PREDICTIONS, log, PARAMS), "reflection_steps_saved_pct")
     assert (again["low"], again["high"]) == (row["low"], row["high"])  # seeded
     # Mixed savings: one task much longer with reflection, the interval takes in 0.
     mixed = collect_log(
         attempts + [("reflection_retries", "t6", 1, True, 30), ("independent_retries", "t6", 1, True, 8)]
     )
-    row = claim(nodes.claims_table(online, mixed, PARAMS), "reflection_steps_saved_pct")
+    row = claim(nodes.claims_table(online, NO_PREDICTIONS, mixed, PARAMS), "reflection_steps_saved_pct")
     assert row["low"] < 0 < row["high"] and row["resolved"] is False
 
 
@@ -418,7 +440,7 @@ def test_report_from_empty_evaluations():
     modes = report.failure_modes(predictions, online)
     collection = report.collection_table({})
     steps = reporting.reflection_steps(collect_log([]))
-    claims = nodes.claims_table(online, collect_log([]), PARAMS)
+    claims = nodes.claims_table(online, NO_PREDICTIONS, collect_log([]), PARAMS)
     assert claims["this_run"].to_list() == [None, None, None]
     assert claims["resolved"].to_list() == [None, None, None] and claims["n"].to_list() == [0, None, 0]
     for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),

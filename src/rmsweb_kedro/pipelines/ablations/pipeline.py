@@ -134,14 +134,19 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
         reused.report_nodes({"ablations": "ablations.report_section"}),
         namespace="ablations",
         inputs={name: name for name in ("model_comparison", "online_breakdown", "evaluation_collection_table",
-                                        "evaluation_failure_modes", "run_manifest", "online_episodes")} | {"reflection_steps": "ablations.reflection_steps", "collection_log": "ablations.collection_log", "ablations.report_section": "ablations.report_section"},
+                                        "evaluation_failure_modes", "run_manifest", "online_episodes",
+                                        "offline_predictions")} | {"reflection_steps": "ablations.reflection_steps", "collection_log": "ablations.collection_log", "ablations.report_section": "ablations.report_section"},
         parameters={"evaluate"},
     )  # fmt: skip
     # the report's claims node over the variants' episodes, with the ablations' own claims (ablations.claims)
     variant_claims = pipeline(
         reused.report_nodes().only_nodes_with_outputs("claims_vs_run"),
         namespace="ablations.variants",
-        inputs={"online_episodes": "ablations.online_episodes", "collection_log": "ablations.collection_log"},
+        inputs={
+            "online_episodes": "ablations.online_episodes",
+            "offline_predictions": "ablations.offline_predictions",
+            "collection_log": "ablations.collection_log",
+        },
         outputs={"claims_vs_run": "ablation_claims"},
         parameters={"evaluate": "ablations.evaluate"},
     )

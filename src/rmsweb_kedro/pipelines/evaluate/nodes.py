@@ -48,12 +48,13 @@ def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, params: dict[s
 
 
 def claims_table(
-    episodes: pl.DataFrame, collection_log: pl.DataFrame, params: dict[str, Any]
+    episodes: pl.DataFrame, predictions: pl.DataFrame, collection_log: pl.DataFrame, params: dict[str, Any]
 ) -> pl.DataFrame:
     """``claims_vs_run``: the paper's claims (``evaluate.claims``) beside this run's figures and their intervals
-    (paired online differences from ``online_episodes``, steps saved from ``collection_log``)."""
+    (paired online differences from ``online_episodes``, paired offline ones from ``offline_predictions``, steps
+    saved from ``collection_log``)."""
     config = EvaluateParams.model_validate(params)
-    return evaluation_report.claims_table(episodes, collection_log, config)
+    return evaluation_report.claims_table(episodes, predictions, collection_log, config)
 
 
 def build_report(

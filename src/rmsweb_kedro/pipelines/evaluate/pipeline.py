@@ -83,6 +83,7 @@ def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
                 nodes.claims_table,
                 inputs={
                     "episodes": "online_episodes",
+                    "predictions": "offline_predictions",
                     "collection_log": "collection_log",
                     "params": "params:evaluate",
                 },
