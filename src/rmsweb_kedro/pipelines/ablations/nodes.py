@@ -131,7 +131,8 @@ def ablation_section(
             + ("" if online else " (online evaluation off in this run)")
             + ".",
             ablation_markdown(table).strip(),
-            "### Claims between variants (paired by task and run; `resolved`: the interval excludes 0)",
+            "### Claims between variants (paired: online by task and run, offline by held-out state; `resolved`: "
+            "the interval excludes 0)",
             markdown_table(claims),
             "### Reflection steps saved (the collection-mode ablation, paired on the tasks both modes solved)",
             markdown_table(steps),
