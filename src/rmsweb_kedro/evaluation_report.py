@@ -444,7 +444,8 @@ def build_report(
         f"Each figure with its {config.confidence:.0%} interval (`low`–`high`, same unit, over `n` pairs or tasks, "
         "by the method `interval`); `resolved`: the interval excludes 0. Online differences pair the two models' "
         "episodes of the same task and run (environment errors left out), offline ones their replies at the same "
-        "held-out state, and take Newcombe's paired score interval with McNemar's exact `p_value`; steps saved take a paired bootstrap over the tasks both modes solved "
+        "held-out state, and take Newcombe's paired score interval with McNemar's exact `p_value`; steps saved "
+        "take a paired bootstrap over the tasks both modes solved "
         f"({config.bootstrap_resamples} resamples, seed {config.seed}).",
         markdown_table(claims),
         "A toy-scale default run (tiny model, minutes of CPU) shows whether each stage works and points the right "
