@@ -1,4 +1,7 @@
-"""sft_data: successful trajectories only, one state per step with its history, a split by task, stats."""
+"""sft_data: successful trajectories only, one state per step with its history, a split by task into train, val and
+the probe pool, stats."""
+
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -14,6 +17,7 @@ from rmsweb_kedro.schema import (
     step_row,
     trajectory_row,
 )
+from rmsweb_kedro.states import split_by_task as states_split_by_task
 
 
 def _trajectory(task: str, attempt: int, success: bool, actions: list[str]) -> Trajectory:
@@ -73,15 +77,111 @@ def test_unparsed_step_in_a_successful_trajectory_is_named():
         build_states(rows, steps)
 
 
+#: ``split_by_task`` with ``val_fraction: 0.25, seed: 3`` on tiny_states before the probe pool existed (computed
+#: with the two-way split of commit 34ca745): a probe pool must not move a task in or out of val.
+VAL_TASKS_BEFORE_THE_POOL = ["shop-001", "shop-003", "shop-005", "shop-011", "shop-020", "shop-025", "shop-032",
+                             "shop-034", "shop-036", "shop-039"]  # fmt: skip
+
+
 def test_split_is_by_task_and_stats_count_samples(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val = split_by_task(states, {"val_fraction": 0.25, "seed": 3})
+    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "seed": 3})
     assert not set(train["task_id"]) & set(val["task_id"])
     assert train.height + val.height == states.height and val["task_id"].n_unique() == 10
     again = split_by_task(states, {"val_fraction": 0.25, "seed": 3})[1]
     assert again["state_id"].to_list() == val["state_id"].to_list()
     # 56 characters (14 tokens at 4 a token): the search page fits, results and item pages are cut
-    stats = describe_states(train, val, {"prompt": {"axtree_max_tokens": 14}})
+    stats = describe_states(train, val, probe, {"prompt": {"axtree_max_tokens": 14}})
     assert stats["train"]["samples"] == train.height and stats["val"]["tasks"] == 10
     assert stats["train"]["truncation_rate"] == pytest.approx(2 / 3)
     assert stats["train"]["action_types"]["click"] == 2 * train["task_id"].n_unique()
+
+
+def test_probe_fraction_zero_is_the_two_way_split_with_an_empty_probe_pool(tiny_states):
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
+    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.0, "seed": 3})
+    assert sorted(set(val["task_id"])) == VAL_TASKS_BEFORE_THE_POOL
+    assert sorted(set(train["task_id"])) == sorted(set(states["task_id"]) - set(VAL_TASKS_BEFORE_THE_POOL))
+    assert probe.height == 0 and probe.schema == STATE_SCHEMA
+    # the same rows, in the same order, as the two-way split Salvage-DS uses
+    two_way = states_split_by_task(states, 0.25, 3)
+    assert train.equals(two_way[0]) and val.equals(two_way[1])
+    stats = describe_states(train, val, probe, {})
+    assert stats["probe"]["samples"] == 0 and stats["split"]["probe_fraction"] == 0.0
+
+
+def test_probe_pool_takes_its_share_of_tasks_and_each_task_is_in_one_part(tiny_states):
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
+    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.2, "seed": 3})
+    parts = {"train": train, "val": val, "probe": probe}
+    tasks = {name: set(frame["task_id"]) for name, frame in parts.items()}
+    # 40 tasks: round(40 * 0.25) = 10 val, round(40 * 0.2) = 8 probe, 22 train; every state in exactly one part
+    assert {name: len(t) for name, t in tasks.items()} == {"train": 22, "val": 10, "probe": 8}
+    assert tasks["train"] | tasks["val"] | tasks["probe"] == set(states["task_id"])
+    assert not (
+        tasks["train"] & tasks["val"] or tasks["train"] & tasks["probe"] or tasks["val"] & tasks["probe"]
+    )
+    assert sorted(pl.concat(parts.values())["state_id"]) == sorted(states["state_id"])
+    assert sorted(tasks["val"]) == VAL_TASKS_BEFORE_THE_POOL  # the pool is taken from train, never from val
+    assert probe.height == 3 * 8 and probe.schema == STATE_SCHEMA
+    stats = describe_states(train, val, probe, {"probe_fraction": 0.2})
+    assert (stats["probe"]["tasks"], stats["probe"]["samples"]) == (8, 24)
+    assert stats["split"] == {"val_fraction": 0.2, "probe_fraction": 0.2, "seed": 0}
+    moved = sorted(tasks["train"])[0]  # a train task's states also in the probe pool
+    with pytest.raises(ValueError, match=f"tasks in both train and probe: \\['{moved}'\\]"):
+        describe_states(train, val, pl.concat([probe, train.filter(pl.col("task_id") == moved)]), {})
+
+
+def test_small_corpora_keep_a_train_task_and_fractions_must_leave_one():
+    states = pl.DataFrame(
+        [{"state_id": f"t{i}:0", "task_id": f"t{i}", "trajectory_id": f"t{i}", "reference_action": "stop()"}
+         for i in range(3)]  # fmt: skip
+    ).pipe(lambda frame: frame.with_columns(pl.lit(None).cast(STATE_SCHEMA[c]).alias(c)
+                                            for c in STATE_SCHEMA.names() if c not in frame.columns))  # fmt: skip
+    # 3 tasks, val 0.2 -> 1 (at least one), probe 0.05 -> 1 (at least one), 1 left to train
+    train, val, probe = split_by_task(states, {"val_fraction": 0.2, "probe_fraction": 0.05})
+    assert (train.height, val.height, probe.height) == (1, 1, 1)
+    # probe 0.6 -> round(1.8) = 2 of the 2 tasks left: capped at 1 so that one task trains
+    train, val, probe = split_by_task(states, {"val_fraction": 0.2, "probe_fraction": 0.6})
+    assert (train.height, val.height, probe.height) == (1, 1, 1)
+    with pytest.raises(
+        ValueError, match=r"val_fraction \(0.5\) \+ sft_data.probe_fraction \(0.5\) must be < 1"
+    ):
+        split_by_task(states, {"val_fraction": 0.5, "probe_fraction": 0.5})
+
+
+def test_wiring_and_catalog_of_the_probe_pool(tmp_path, tiny_states):
+    """sft_data writes sft_states_probe, a catalog entry beside train and val that round-trips an empty pool with
+    the STATE schema (polars datasets predate polars 2: checked, not assumed); the parameters validate."""
+    import yaml
+    from kedro.io import DataCatalog
+
+    from rmsweb_kedro.pipelines.sft_data.nodes import SFTDataParams
+    from rmsweb_kedro.pipelines.sft_data.pipeline import create_pipeline
+
+    pipeline = create_pipeline()
+    assert pipeline.all_outputs() >= {
+        "sft_states_train",
+        "sft_states_val",
+        "sft_states_probe",
+        "sft_data_stats",
+    }
+    conf = Path(__file__).parents[2] / "conf"
+    entries = yaml.safe_load((conf / "base" / "catalog_sft_data.yml").read_text())
+    assert pipeline.all_outputs() <= set(entries)
+    probe = entries["sft_states_probe"]
+    assert {k: v for k, v in probe.items() if k != "filepath"} == {
+        k: v for k, v in entries["sft_states_train"].items() if k != "filepath"
+    }
+    assert probe["filepath"] == "data/05_model_input/sft/sft_states_probe.parquet"
+    catalog = DataCatalog.from_config(
+        {"sft_states_probe": {**probe, "filepath": str(tmp_path / "p.parquet")}}
+    )
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
+    empty = split_by_task(states, {"probe_fraction": 0.0})[2]
+    catalog.save("sft_states_probe", empty)
+    assert catalog.load("sft_states_probe").schema == STATE_SCHEMA
+    for env in ("base", "experiment"):
+        params = yaml.safe_load((conf / env / "parameters_sft_data.yml").read_text())["sft_data"]
+        assert 0 <= params["probe_fraction"] < 1
+    assert SFTDataParams.model_validate({"probe_fraction": 0.2}).probe_fraction == 0.2

@@ -1,12 +1,13 @@
-"""Nodes of ``sft_data``: successful trajectories -> one policy state per step, split by task, with stats (the
-library: :mod:`rmsweb_kedro.states`)."""
+"""Nodes of ``sft_data``: successful trajectories -> one policy state per step, split by task into train, val and
+the probe pool (states mining probes that SFT never trains on), with stats (the library:
+:mod:`rmsweb_kedro.states`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro import states
 from rmsweb_kedro.prompts import PromptConfig
@@ -17,10 +18,21 @@ class SFTDataParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    val_fraction: float = Field(default=0.2, ge=0, lt=1, description="share of tasks held out")
+    val_fraction: float = Field(default=0.2, ge=0, lt=1, description="share of tasks held out for validation")
+    #: Share of tasks held out of SFT for mining to probe (``sft_states_probe``); 0: no probe pool.
+    probe_fraction: float = Field(default=0.0, ge=0, lt=1, description="share of tasks held out for mining")
     seed: int = 0
     #: The prompt the stats measure: globals.yml's policy_prompt, the one SFT trains with.
     prompt: PromptConfig = Field(default_factory=PromptConfig)
+
+    @model_validator(mode="after")
+    def _leaves_train_tasks(self) -> SFTDataParams:
+        if self.val_fraction + self.probe_fraction >= 1:
+            raise ValueError(
+                f"sft_data.val_fraction ({self.val_fraction}) + sft_data.probe_fraction ({self.probe_fraction}) "
+                "must be < 1, or no task is left to train on: lower one of them"
+            )
+        return self
 
 
 def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataFrame) -> pl.DataFrame:
@@ -29,14 +41,23 @@ def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataF
     return states.from_trajectories(shortened_trajectories, shortened_steps)
 
 
-def split_by_task(sft_states: pl.DataFrame, params: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Train and val states with no task on both sides (``val_fraction`` of the tasks held out, seeded)."""
+def split_by_task(
+    sft_states: pl.DataFrame, params: dict[str, Any]
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Train, val and probe states, each task in exactly one part (``val_fraction`` and ``probe_fraction`` of the
+    tasks, seeded; :func:`rmsweb_kedro.states.split_train_val_probe`). With ``probe_fraction: 0`` the probe part
+    is empty and train/val are the two-way split's."""
     config = SFTDataParams.model_validate(params)
-    return states.split_by_task(sft_states, config.val_fraction, config.seed)
+    return states.split_train_val_probe(sft_states, config.val_fraction, config.probe_fraction, config.seed)
 
 
-def describe_states(train: pl.DataFrame, val: pl.DataFrame, params: dict[str, Any]) -> dict[str, Any]:
-    """Samples, tasks, approximate tokens and the truncation rate of each split under the prompt (``sft_metrics``
-    has the exact token counts); raises when a task is on both sides."""
+def describe_states(
+    train: pl.DataFrame, val: pl.DataFrame, probe: pl.DataFrame, params: dict[str, Any]
+) -> dict[str, Any]:
+    """Samples, tasks, approximate tokens and the truncation rate of each part (train, val, probe) under the prompt
+    (``sft_metrics`` has the exact token counts), and the fractions asked for; raises when a task is in two
+    parts."""
     config = SFTDataParams.model_validate(params)
-    return states.describe(train, val, config.prompt)
+    stats = states.describe({"train": train, "val": val, "probe": probe}, config.prompt)
+    stats["split"] = config.model_dump(include={"val_fraction", "probe_fraction", "seed"})
+    return stats
