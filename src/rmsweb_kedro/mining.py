@@ -46,7 +46,7 @@ from rmsweb_kedro.actions import (
     same_target,
     semantically_equal,
 )
-from rmsweb_kedro.schema import STATE_SCHEMA, Observation, Step, Task, Trajectory
+from rmsweb_kedro.schema import STATE_SCHEMA, Observation, Step, Task, Trajectory, conform_states
 
 
 class FailureMode(StrEnum):
@@ -101,6 +101,9 @@ NAVIGATION = frozenset({ActionType.GOTO, ActionType.GO_BACK})
 MINED_COLUMNS = pl.Schema(
     {
         "source": pl.String,  # "offline" (a corpus state) or "online" (a state reached by a policy rollout)
+        # SFT trained on the state (offline: it is in sft_states_train; online: its task's reference is), or not
+        # (the probe pool, sft_states_probe, held out of SFT)
+        "in_sft": pl.Boolean,
         "n_copies": pl.Int32,  # identical states folded into this row by de-duplication
         "n_samples": pl.Int32,  # K sampled actions scored for competence (0: not probed)
         "competence": pl.Float64,  # share of the K samples semantically equal to the reference; null: not probed
@@ -277,6 +280,24 @@ def _keyed(states: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return keyed, ["instruction", "_history", "axtree", "reference_action"]
 
 
+def with_origin(states: pl.DataFrame) -> pl.DataFrame:
+    """``states`` with ``in_sft``; a table from before the probe pool existed lacks it, and every state it holds was
+    one SFT trained on (mining probed sft_states_train only), so it gets true."""
+    return states if "in_sft" in states.columns else states.with_columns(pl.lit(True).alias("in_sft"))
+
+
+def corpus_states(trained: pl.DataFrame, held_out: pl.DataFrame) -> pl.DataFrame:
+    """The states mining probes: STATE rows of ``trained`` (SFT trained on them: ``in_sft`` true) then of
+    ``held_out`` (the probe pool, held out of SFT: ``in_sft`` false). Trained rows come first, so that
+    de-duplication keeps a trained copy of a state in both (SFT did see it) and, with no probe pool, the corpus is
+    the trained states in their order."""
+    parts = [
+        conform_states(frame, name).select(STATE_SCHEMA.names()).with_columns(pl.lit(flag).alias("in_sft"))
+        for frame, name, flag in ((trained, "sft_states_train", True), (held_out, "sft_states_probe", False))
+    ]
+    return pl.concat(parts)
+
+
 def deduplicate_states(states: pl.DataFrame) -> pl.DataFrame:
     """One row per identical state (:data:`DEDUP_KEY`), the first in table order, with ``n_copies`` counting them."""
     keyed, key = _keyed(states)
@@ -328,14 +349,67 @@ def select_states(
     )
 
 
-def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float) -> dict[str, Any]:
-    """How concentrated the RL set is: share of routine states (competence >= threshold) and mean competence in the
-    probed corpus against the mined set, counted per state and weighted by duplicate copies."""
+#: The two origins of a probed state: SFT trained on it (``in_sft`` true), or it was held out of SFT.
+ORIGINS = {"in_sft": True, "not_in_sft": False}
+
+
+def _is_critical(competence_threshold: float) -> pl.Expr:
+    """Probed (competence not null) and below the threshold."""
+    return pl.col("competence").is_not_null() & (pl.col("competence") < competence_threshold)
+
+
+def critical_by_origin(frame: pl.DataFrame, competence_threshold: float) -> dict[str, int]:
+    """Critical states (probed, competence below the threshold) of ``frame`` per origin (:data:`ORIGINS`)."""
+    critical = with_origin(frame).filter(_is_critical(competence_threshold))
+    return {origin: int((critical["in_sft"] == flag).sum()) for origin, flag in ORIGINS.items()}
+
+
+def origin_report(
+    offline: pl.DataFrame, online: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float
+) -> dict[str, Any]:
+    """Where the critical states came from, per origin (:data:`ORIGINS`): for each source (offline corpus states,
+    online states of rollouts on the origin's tasks) the states, the probed ones, the critical ones, their share
+    of the probed and the mean competence; and the mined set's rows by selection."""
 
     def stats(frame: pl.DataFrame) -> dict[str, Any]:
         probed = frame.filter(pl.col("competence").is_not_null())
+        critical = int(probed.filter(_is_critical(competence_threshold)).height)
+        return {
+            "states": frame.height,
+            "probed": probed.height,
+            "critical": critical,
+            "critical_share": critical / probed.height if probed.height else None,
+            "mean_competence": float(probed["competence"].mean()) if probed.height else None,
+        }
+
+    offline, online, mined = with_origin(offline), with_origin(online), with_origin(mined)
+    report: dict[str, Any] = {}
+    for origin, flag in ORIGINS.items():
+        mine = pl.col("in_sft") == flag
+        report[origin] = {
+            "offline": stats(offline.filter(mine)),
+            "online": stats(online.filter(mine)),
+            "selected": dict(mined.filter(mine).group_by("selection").len().sort("selection").iter_rows()),
+        }
+    return report
+
+
+def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float) -> dict[str, Any]:
+    """How concentrated the RL set is: share of routine states (competence >= threshold) and mean competence in the
+    probed corpus against the mined set, counted per state and weighted by duplicate copies, and the critical
+    states of each by origin (SFT trained on them or not: :func:`critical_by_origin`)."""
+
+    def stats(frame: pl.DataFrame) -> dict[str, Any]:
+        probed = frame.filter(pl.col("competence").is_not_null())
+        by_origin = critical_by_origin(probed, competence_threshold)
         if probed.is_empty():
-            return {"states": frame.height, "probed": 0, "share_routine": None, "mean_competence": None}
+            return {
+                "states": frame.height,
+                "probed": 0,
+                "share_routine": None,
+                "mean_competence": None,
+                "critical_by_origin": by_origin,
+            }
         routine = probed["competence"] >= competence_threshold
         weights = probed["n_copies"].cast(pl.Float64)
         return {
@@ -344,6 +418,7 @@ def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshol
             "share_routine": float(routine.mean()),
             "share_routine_weighted": float((weights * routine.cast(pl.Float64)).sum() / weights.sum()),
             "mean_competence": float(probed["competence"].mean()),
+            "critical_by_origin": by_origin,
         }
 
     corpus_stats, mined_stats = stats(corpus), stats(mined)
@@ -360,19 +435,21 @@ def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshol
 
 def failure_mode_table(probed: pl.DataFrame, env_failed: int, competence_threshold: float) -> pl.DataFrame:
     """Per source (offline, online) and failure mode, every mode listed with zeros included: the number of critical
-    states among ``probed`` (competence below the threshold), their share of the source's critical states and their
+    states among ``probed`` (competence below the threshold), how many of them SFT trained on (``n_in_sft``) and
+    how many it did not (``n_not_in_sft``: the probe pool), their share of the source's critical states and their
     mean competence. ``env_failed`` online rollouts the environment failed leave no state; they are the online
-    ``environment_error`` count."""
-    critical = probed.filter(
-        pl.col("competence").is_not_null() & (pl.col("competence") < competence_threshold)
-    )
+    ``environment_error`` count (their origin columns are null)."""
+    critical = with_origin(probed).filter(_is_critical(competence_threshold))
     grid = pl.DataFrame(
         [(source, mode.value) for source in ("offline", "online") for mode in FailureMode],
         schema={"source": pl.String, "failure_mode": pl.String},
         orient="row",
     )
     counts = critical.group_by("source", "failure_mode").agg(
-        pl.len().alias("n_states"), pl.col("competence").mean().alias("mean_competence")
+        pl.len().alias("n_states"),
+        pl.col("in_sft").eq(True).sum().alias("n_in_sft"),
+        pl.col("in_sft").eq(False).sum().alias("n_not_in_sft"),
+        pl.col("competence").mean().alias("mean_competence"),
     )
     if env_failed:
         env_row = {
@@ -381,12 +458,18 @@ def failure_mode_table(probed: pl.DataFrame, env_failed: int, competence_thresho
             "n_states": env_failed,
         }
         counts = pl.concat([counts, pl.DataFrame([env_row])], how="diagonal_relaxed")
+    by_origin = ("n_in_sft", "n_not_in_sft")
     table = grid.join(counts, on=["source", "failure_mode"], how="left").with_columns(
-        pl.col("n_states").fill_null(0).cast(pl.Int64)
+        # a mode with no critical state has zero of each origin; the environment's row has no states to tell
+        *(
+            pl.when(pl.col("n_states").is_null()).then(0).otherwise(pl.col(c)).cast(pl.Int64).alias(c)
+            for c in by_origin
+        ),
+        pl.col("n_states").fill_null(0).cast(pl.Int64),
     )
     return table.with_columns(
         (pl.col("n_states") / pl.col("n_states").sum().over("source")).fill_nan(0.0).alias("share")
-    ).select("source", "failure_mode", "n_states", "share", "mean_competence")
+    ).select("source", "failure_mode", "n_states", *by_origin, "share", "mean_competence")
 
 
 _SPACE = re.compile(r"\s+")

@@ -17,7 +17,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.factory import PolicySpec
-from rmsweb_kedro.mining import MINED_COLUMNS, divergence_states
+from rmsweb_kedro.mining import MINED_COLUMNS, divergence_states, with_origin
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.schema import STATE_SCHEMA, Task, trajectory_row
 from rmsweb_kedro.scoring import ScoringConfig, score_states
@@ -49,6 +49,9 @@ class OnlineParams(BaseModel):
     max_steps: int = Field(default=12, ge=1)
     envs: int = Field(default=1, ge=1, description="browsers rolling out at once (params:rollouts backend)")
     split: str = "train"
+    #: roll out on tasks of the probe pool (held out of SFT: its references are ``in_sft`` false) first, then on
+    #: tasks SFT trained on; false: one seeded draw over both
+    probe_pool_first: bool = True
     headless: bool = True
     sandbox_seed: int = 0  # the sandbox world served (the one the tasks were generated for; globals.yml)
     #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
@@ -127,8 +130,9 @@ def probe_states(
 
 
 def probe_corpus(corpus: pl.DataFrame, sft_model: Any, config: MiningParams) -> pl.DataFrame:
-    """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed); the other rows keep null
-    probe columns. Adds ``source = "offline"``."""
+    """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed, whatever their ``in_sft``,
+    so the two origins' competences are measured alike); the other rows keep null probe columns. Adds
+    ``source = "offline"``."""
     n_probed = min(corpus.height, config.max_states_probed or corpus.height)
     chosen = corpus.with_row_index("_row").sample(n=n_probed, seed=config.seed, shuffle=True)
     started = time.perf_counter()
@@ -151,8 +155,28 @@ def probe_corpus(corpus: pl.DataFrame, sft_model: Any, config: MiningParams) -> 
     )
 
 
-def _with_mining_columns(probed: pl.DataFrame, source: str) -> pl.DataFrame:
-    return probed.with_columns(pl.lit(1, pl.Int32).alias("n_copies"), pl.lit(source).alias("source"))
+def _with_mining_columns(probed: pl.DataFrame, source: str, in_sft: pl.Expr) -> pl.DataFrame:
+    return probed.with_columns(
+        pl.lit(1, pl.Int32).alias("n_copies"), pl.lit(source).alias("source"), in_sft.alias("in_sft")
+    )
+
+
+def task_origins(references: pl.DataFrame) -> dict[str, bool]:
+    """Task id -> whether SFT trained on its references (``in_sft``; :func:`rmsweb_kedro.mining.with_origin` for a
+    table without it). sft_data splits by task, so a task's states share one origin."""
+    return dict(with_origin(references).group_by("task_id").agg(pl.col("in_sft").all()).iter_rows())
+
+
+def draw_rollout_tasks(candidates: list[Task], origins: dict[str, bool], config: MiningParams) -> list[Task]:
+    """Up to ``online.rollouts`` of ``candidates`` drawn with the seed: with ``online.probe_pool_first`` the tasks
+    SFT did not train on first, then the others; else one draw over all (the same draw when there is no probe
+    pool)."""
+    rng, n = random.Random(config.seed), config.online.rollouts
+    held_out = [t for t in candidates if not origins[t.id]] if config.online.probe_pool_first else []
+    first = rng.sample(held_out, min(n, len(held_out))) if held_out else []
+    drawn = {t.id for t in first}
+    rest = [t for t in candidates if t.id not in drawn]
+    return first + rng.sample(rest, min(n - len(first), len(rest)))
 
 
 def probe_online(
@@ -163,16 +187,18 @@ def probe_online(
     rollouts: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
-    reference, in the real sandbox (served with ``online.sandbox_seed``, the world the tasks were made for) on the
+    reference (``references``: STATE rows with ``in_sft``; probe-pool tasks first: :func:`draw_rollout_tasks`),
+    in the real sandbox (served with ``online.sandbox_seed``, the world the tasks were made for) on the
     ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
-    action, probed like an offline state (its screenshot kept under ``online.screenshot_root``). Returns the
-    probed states and the rollouts' counts."""
+    action, probed like an offline state (its screenshot kept under ``online.screenshot_root``) and carrying its
+    task's ``in_sft``. Returns the probed states and the rollouts' counts."""
     from rmsweb_kedro.agents.scripted import SandboxJudge
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
 
-    empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **PROBE_SCHEMA}), "online")
-    referenced = set(references["task_id"].unique().to_list())
-    candidates = [t for t in sandbox_tasks if t.split == config.online.split and t.id in referenced]
+    origins = task_origins(references)
+    in_sft = pl.col("task_id").replace_strict(origins, default=None, return_dtype=pl.Boolean)
+    empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **PROBE_SCHEMA}), "online", in_sft)
+    candidates = [t for t in sandbox_tasks if t.split == config.online.split and t.id in origins]
     if config.online.rollouts == 0 or not candidates:
         logger.info(
             "online probing skipped: %d rollouts asked, %d tasks with references",
@@ -180,7 +206,7 @@ def probe_online(
             len(candidates),
         )
         return empty, {"rollouts": 0}
-    tasks = random.Random(config.seed).sample(candidates, min(config.online.rollouts, len(candidates)))
+    tasks = draw_rollout_tasks(candidates, origins, config)
     policy = load_policy(sft_model, config, greedy=True)
     shots = Path(config.online.screenshot_root).resolve()
     image_root = Path(PromptConfig.model_validate(config.policy.prompt).image_root or ".").resolve()
@@ -209,7 +235,11 @@ def probe_online(
     ]
     prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
     states, counts = divergence_states(trajectories, {t.id: t for t in tasks}, references, prefix)
-    probed = _with_mining_columns(probe_states(policy, states, config), "online") if states.height else empty
+    probed = (
+        _with_mining_columns(probe_states(policy, states, config), "online", in_sft)
+        if states.height
+        else empty
+    )
     columns = ("trajectory_id", "task_id", "success", "termination", "n_steps")
     per_rollout = [{k: v for k, v in trajectory_row(r).items() if k in columns} for r in trajectories]
     logger.info("online probing: %s", counts)

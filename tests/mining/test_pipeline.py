@@ -14,6 +14,8 @@ from rmsweb_kedro.schema import STATE_SCHEMA
 
 CATALOG = Path(__file__).parents[2] / "conf" / "base" / "catalog_mining.yml"
 K = 2
+PROBED = 8  # of the 109 distinct corpus states (24 of the pool), drawn at random with the seed: 2 of the pool
+POOL_FROM = "shop-030"
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +32,14 @@ def mining_run(tmp_path_factory, tiny_states, tiny_checkpoint):
         entry["filepath"] = str(root / entry["filepath"])
     catalog = DataCatalog.from_config(config)
     params = {
-        "scoring": {"k": K, "max_new_tokens": 8, "batch_size": 4}, "max_states_probed": 4,
+        "scoring": {"k": K, "max_new_tokens": 8, "batch_size": 4}, "max_states_probed": PROBED,
         "competence_threshold": 0.5, "ballast_share": 0.25, "online": {"rollouts": 0},
         "policy": {"prompt": {"observation": ["axtree"], "history_k": 3}},
     }  # fmt: skip
-    inputs = {
-        "sft_states_train": pl.DataFrame(tiny_states, schema=STATE_SCHEMA),
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
+    inputs = {  # the last 10 of the 40 tasks held out of SFT: the probe pool
+        "sft_states_train": states.filter(pl.col("task_id") < POOL_FROM),
+        "sft_states_probe": states.filter(pl.col("task_id") >= POOL_FROM),
         "sft_model": load_model({"path": str(tiny_checkpoint)}),
         "sandbox_tasks": pl.DataFrame(),
         "params:mining": params,
@@ -65,6 +69,9 @@ def test_offline_probes(mining_run, tiny_states):
     # an untrained tiny model: mostly wrong, so failure modes are assigned
     assert probed["failure_mode"].null_count() < probed.height
     assert (probes["source"] == "offline").all()
+    # the corpus is the training states and the probe pool; both are drawn for probing
+    assert probes["in_sft"].to_list() == (probes["task_id"] < POOL_FROM).to_list()
+    assert set(probed["in_sft"]) == {True, False}
 
 
 def test_outputs(mining_run):
@@ -82,6 +89,17 @@ def test_outputs(mining_run):
     assert report["offline_probed"] == params["max_states_probed"]
     assert report["online_rollouts"] == {"rollouts": 0}
     assert report["concentration"]["mined"]["states"] == critical.height
+    # critical states by origin, as measured on the probes
+    probes = catalog.load("mining_offline_probes")
+    for origin, flag in (("in_sft", True), ("not_in_sft", False)):
+        mine = probes.filter(pl.col("in_sft") == flag)
+        counts = report["by_origin"][origin]["offline"]
+        assert counts["probed"] == mine["competence"].is_not_null().sum()
+        assert counts["critical"] == (mine["competence"] < 0.5).sum()
+        assert report["concentration"]["corpus"]["critical_by_origin"][origin] == counts["critical"]
+        assert sum(report["by_origin"][origin]["selected"].values()) == (critical["in_sft"] == flag).sum()
+    assert report["by_origin"]["not_in_sft"]["offline"]["probed"] > 0
+    assert offline["n_in_sft"].sum() + offline["n_not_in_sft"].sum() == offline["n_states"].sum()
 
 
 def test_full_corpus_switch(mining_run):

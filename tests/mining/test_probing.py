@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoint, tmp_path, monkeypatch):
     """An untrained policy rolled out in the sandbox fails; its first divergence from the reference becomes a
-    probed STATE row carrying the reference action and the screenshot of its page, kept under the mining folder."""
+    probed STATE row carrying the reference action and the screenshot of its page, kept under the mining folder.
+    Of the six tasks with references, the one of the probe pool (held out of SFT) is the one rolled out on."""
     from rmsweb_kedro.modeling import load_model
     from rmsweb_kedro.pipelines.mining.nodes import probe_online
 
@@ -25,8 +26,13 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
         "scoring": {"k": 2, "max_new_tokens": 8},
         "online": {"rollouts": 1, "max_steps": 3, "screenshot_root": "mining/online_screenshots"},
     }  # fmt: skip
+    pool = pl.col("task_id") == task.id
     probes, rollouts = probe_online(
-        tasks_to_frame([task]), reference_states, load_model({"path": str(tiny_checkpoint)}), params
+        tasks_to_frame(mining_tasks),
+        reference_states.filter(~pool),
+        reference_states.filter(pool),
+        load_model({"path": str(tiny_checkpoint)}),
+        params,
     )
     assert {k: rollouts[k] for k in ("rollouts", "failure", "diverged")} == {
         "rollouts": 1,
@@ -46,25 +52,33 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
         first["reference_action"],
     )
     assert row["source"] == "online" and row["n_samples"] == 2 and row["competence"] == 0.0
+    assert row["in_sft"] is False  # a state of a task SFT did not train on
     assert row["failure_mode"] == FailureMode.INVALID_FORMAT.value
     assert row["screenshot"] == f"mining/online_screenshots/mining-online__{task.id}/step_000.png"
     assert (tmp_path / row["screenshot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
+    """The weak site's states are the probe pool: held out of SFT, as sft_data holds out probe_fraction of the
+    tasks. Mining singles them out, and the report says the critical states came from there."""
     from rmsweb_kedro.modeling import load_model
-    from rmsweb_kedro.pipelines.mining.nodes import prepare_corpus, probe_offline, select_critical_states
+    from rmsweb_kedro.pipelines.mining.nodes import (
+        prepare_corpus,
+        probe_offline,
+        report_mining,
+        select_critical_states,
+    )
 
     params = {
         "scoring": {"k": 4, "max_new_tokens": 48, "batch_size": 16}, "max_states_probed": None,
         "competence_threshold": 0.5, "ballast_share": 0.0, "online": {"rollouts": 0},
     }  # fmt: skip
-    corpus = prepare_corpus(reference_states, params)
-    probes = probe_offline(corpus, load_model({"path": str(weak_policy_dir)}), params)
-    mined = select_critical_states(
-        probes, probes.clear().with_columns(pl.lit("online").alias("source")), params
-    )
     weak = pl.col("site") == WEAK_SITE
+    corpus = prepare_corpus(reference_states.filter(~weak), reference_states.filter(weak), params)
+    assert corpus["in_sft"].to_list() == (corpus["site"] != WEAK_SITE).to_list()
+    probes = probe_offline(corpus, load_model({"path": str(weak_policy_dir)}), params)
+    online = probes.clear().with_columns(pl.lit("online").alias("source"))
+    mined = select_critical_states(probes, online, params)
     competence = {
         "weak": probes.filter(weak)["competence"].mean(),
         "trained": probes.filter(~weak)["competence"].mean(),
@@ -74,6 +88,13 @@ def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
     weak_share_mined = mined.filter(weak).height / mined.height
     assert weak_share_mined > weak_share_corpus, (weak_share_mined, weak_share_corpus)
     assert mined.filter(weak).height >= 0.75 * probes.filter(weak).height
+    by_origin = report_mining(probes, online, mined, {"rollouts": 0}, params)["by_origin"]
+    held_out, trained = by_origin["not_in_sft"]["offline"], by_origin["in_sft"]["offline"]
+    assert (
+        held_out["probed"] == probes.filter(weak).height and held_out["critical"] == mined.filter(weak).height
+    )
+    assert held_out["critical_share"] > trained["critical_share"], by_origin
+    assert by_origin["not_in_sft"]["selected"]["critical"] == mined.filter(weak).height
 
 
 def test_online_state_shows_its_screenshot_to_the_model(
@@ -100,7 +121,9 @@ def test_online_state_shows_its_screenshot_to_the_model(
     }
     task = next(t for t in mining_tasks if t.site == WEAK_SITE)
     model, processor = load_model({"path": str(released_checkpoint)})
-    probes, counts = probe_online(tasks_to_frame([task]), reference_states, (model, processor), params)
+    probes, counts = probe_online(
+        tasks_to_frame([task]), reference_states, reference_states.clear(), (model, processor), params
+    )
     assert counts["diverged"] == 1 and probes.height == 1
     row = probes.row(0, named=True)
     assert row["screenshot"] == f"../mining/online_screenshots/mining-online__{task.id}/step_000.png"

@@ -13,30 +13,43 @@ import polars as pl
 from rmsweb_kedro import probing
 from rmsweb_kedro.mining import (
     CRITICAL_STATE_SCHEMA,
+    ORIGINS,
     FailureMode,
     concentration,
+    corpus_states,
     deduplicate_states,
     failure_mode_table,
+    origin_report,
     select_states,
     unseen_states,
+    with_origin,
 )
 from rmsweb_kedro.probing import MiningParams
 from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import STATE_SCHEMA, conform_states, tasks_from_frame
+from rmsweb_kedro.schema import tasks_from_frame
 
 logger = logging.getLogger(__name__)
 
 
-def prepare_corpus(states: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
-    """The offline corpus: STATE rows, de-duplicated when ``mining.dedup`` (``n_copies`` counts folded copies)."""
+def prepare_corpus(
+    sft_states_train: pl.DataFrame, sft_states_probe: pl.DataFrame, params: dict[str, Any]
+) -> pl.DataFrame:
+    """The offline corpus: the STATE rows SFT trained on and the probe pool held out of it, ``in_sft`` saying which
+    (:func:`rmsweb_kedro.mining.corpus_states`), de-duplicated when ``mining.dedup`` (``n_copies`` counts folded
+    copies)."""
     config = MiningParams.model_validate(params)
-    states = conform_states(states, "sft_states_train").select(STATE_SCHEMA.names())
+    states = corpus_states(sft_states_train, sft_states_probe)
     corpus = (
         deduplicate_states(states)
         if config.dedup
         else states.with_columns(pl.lit(1, pl.Int32).alias("n_copies"))
     )
-    logger.info("mining corpus: %d states (%d before de-duplication)", corpus.height, states.height)
+    logger.info(
+        "mining corpus: %d states (%d before de-duplication; %d of them held out of SFT)",
+        corpus.height,
+        states.height,
+        sft_states_probe.height,
+    )
     return corpus
 
 
@@ -49,15 +62,18 @@ def probe_offline(corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any]) 
 
 def probe_online(
     sandbox_tasks: pl.DataFrame,
-    references: pl.DataFrame,
+    sft_states_train: pl.DataFrame,
+    sft_states_probe: pl.DataFrame,
     sft_model: Any,
     params: dict[str, Any],
     rollouts: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Greedy rollouts of the SFT policy in the sandbox on tasks with a successful reference; the first divergence
-    of each failed rollout is a probed STATE row (:func:`rmsweb_kedro.probing.probe_online`). Returns the probed
+    """Greedy rollouts of the SFT policy in the sandbox on tasks with a successful reference (the training states
+    and the probe pool, not de-duplicated: every task keeps all its reference states); the first divergence of
+    each failed rollout is a probed STATE row (:func:`rmsweb_kedro.probing.probe_online`). Returns the probed
     states and the rollouts' counts."""
     config = MiningParams.model_validate(params)
+    references = corpus_states(sft_states_train, sft_states_probe)
     return probing.probe_online(tasks_from_frame(sandbox_tasks), references, sft_model, config, rollouts)
 
 
@@ -65,9 +81,10 @@ def select_critical_states(
     offline: pl.DataFrame, online: pl.DataFrame, params: dict[str, Any]
 ) -> pl.DataFrame:
     """``critical_states``: with ``rl_corpus: mined`` the critical states (offline and online) plus routine
-    ballast, capped; with ``rl_corpus: full`` every offline corpus state (probed or not). States whose failure was
-    the environment's are never selected."""
+    ballast, capped; with ``rl_corpus: full`` every offline corpus state (probed or not: training states and the
+    probe pool). States whose failure was the environment's are never selected."""
     config = MiningParams.model_validate(params)
+    offline, online = with_origin(offline), with_origin(online)
     if config.rl_corpus == "full":
         chosen = offline.with_columns(pl.lit("full").alias("selection"))
     else:
@@ -98,21 +115,37 @@ def summarize_failure_modes(
 
 
 def plot_failure_modes(failure_modes: pl.DataFrame):
-    """A grouped bar plot of critical states per failure mode, offline and online side by side."""
+    """A grouped bar plot of critical states per failure mode, offline and online side by side, each bar split by
+    origin: states SFT trained on (solid) and states held out of it (hatched, the probe pool)."""
     modes = [mode.value for mode in FailureMode]
     figure, (axis,) = figure_panels(panel_size=(9, 4))
     width = 0.4
     for offset, source in ((-width / 2, "offline"), (width / 2, "online")):
-        counts = dict(
-            failure_modes.filter(pl.col("source") == source).select("failure_mode", "n_states").iter_rows()
-        )
-        axis.bar(
-            [i + offset for i in range(len(modes))], [counts.get(m, 0) for m in modes], width, label=source
-        )
+        rows = {
+            r["failure_mode"]: r
+            for r in failure_modes.filter(pl.col("source") == source).iter_rows(named=True)
+        }
+        empty = {"n_states": 0, "n_in_sft": 0, "n_not_in_sft": 0}
+        counts = [rows.get(m, empty) for m in modes]
+        trained = [r["n_in_sft"] or 0 for r in counts]
+        held_out = [r["n_not_in_sft"] or 0 for r in counts]
+        # the environment's row counts rollouts, not states: it has no origin
+        rollouts = [r["n_states"] - a - b for r, a, b in zip(counts, trained, held_out, strict=True)]
+        x = [i + offset for i in range(len(modes))]
+        bars = axis.bar(x, trained, width, label=f"{source}, trained on by SFT")
+        colour = bars.patches[0].get_facecolor()
+        axis.bar(x, held_out, width, bottom=trained, color=colour, hatch="//", edgecolor="white",
+                 label=f"{source}, held out of SFT")  # fmt: skip
+        if any(rollouts):
+            axis.bar(x, rollouts, width, color="grey", label=f"{source}, rollouts the environment failed")
     axis.set_xticks(range(len(modes)), [m.replace("_", " ") for m in modes], rotation=30, ha="right")
     axis.set_ylabel("critical states")
-    axis.set_title("Failure modes of the SFT policy on critical states")
-    axis.legend()
+    totals = failure_modes.select(pl.col("n_in_sft").sum(), pl.col("n_not_in_sft").sum()).row(0)
+    axis.set_title(
+        "Failure modes of the SFT policy on critical states "
+        f"({totals[0]} on states SFT trained on, {totals[1]} held out of it)"
+    )
+    axis.legend(fontsize="small")
     figure.tight_layout()
     return figure
 
@@ -125,13 +158,26 @@ def report_mining(
     params: dict[str, Any],
 ) -> dict[str, Any]:
     """``mining_report``: corpus size and duplicates, competence, how concentrated the RL set is (share of routine
-    states in the corpus against the mined set), counts by selection and source, the online rollouts, params."""
+    states in the corpus against the mined set), counts by selection and source, where the critical states came
+    from (``by_origin``: states SFT trained on, ``in_sft``, or held out of it, ``not_in_sft``), the online
+    rollouts, params."""
     config = MiningParams.model_validate(params)
+    offline = with_origin(offline)
     probed_online = online.filter(pl.col("competence").is_not_null())
+    by_origin = origin_report(offline, online, critical_states, config.competence_threshold)
+    logger.info(
+        "critical states (offline + online): %d of %d probed states SFT trained on, %d of %d held out of SFT",
+        *(
+            sum(by_origin[origin][source][count] for source in ("offline", "online"))
+            for origin in ORIGINS
+            for count in ("critical", "probed")
+        ),
+    )
     return {
         "params": config.model_dump(),
         "corpus_states": int(offline.height),
         "corpus_states_before_dedup": int(offline["n_copies"].sum()) if offline.height else 0,
+        "corpus_states_held_out_of_sft": int((~offline["in_sft"]).sum()),
         "offline_probed": int(offline["competence"].is_not_null().sum()),
         "online_states": int(probed_online.height),
         "critical_in_corpus": int((offline["competence"] < config.competence_threshold).sum()),
@@ -143,5 +189,6 @@ def report_mining(
             .sort("selection", "source")
             .iter_rows()
         },
+        "by_origin": by_origin,
         "online_rollouts": online_stats,
     }

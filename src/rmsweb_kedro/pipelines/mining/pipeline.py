@@ -10,7 +10,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 nodes.prepare_corpus,
-                inputs=["sft_states_train", "params:mining"],
+                inputs=["sft_states_train", "sft_states_probe", "params:mining"],
                 outputs="mining_corpus",
                 name="prepare_mining_corpus",
             ),
@@ -24,7 +24,8 @@ def create_pipeline(**kwargs) -> Pipeline:
                 nodes.probe_online,
                 inputs={
                     "sandbox_tasks": "sandbox_tasks",
-                    "references": "sft_states_train",
+                    "sft_states_train": "sft_states_train",
+                    "sft_states_probe": "sft_states_probe",
                     "sft_model": "sft_model",
                     "params": "params:mining",
                     "rollouts": "params:rollouts",
