@@ -155,6 +155,41 @@ def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default
     assert outside <= set(pipelines["__default__"].all_outputs()) | {"collection_tasks"} | hooked
 
 
+def test_the_probe_pool_is_namespaced_in_the_collection_variants_and_empty_there():
+    """Each collection variant's sft_data writes its own ``ablations.<variant>.sft_states_probe`` (a catalog
+    pattern persists it beside its train and val), with no probe pool: the variants are not mined. The full-corpus
+    variant selects from the default run's probes, which hold the default run's pool."""
+    from kedro.io import DataCatalog
+
+    pipelines = register_pipelines()
+    ablations = pipelines["ablations"]
+    loader = OmegaConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS)
+    catalog = DataCatalog.from_config(loader["catalog"])
+    for mode in COLLECTION_MODES:
+        variant = f"collect_{mode}"
+        (split,) = [
+            n for n in ablations.nodes if n.name == f"ablations.{variant}.sft_data.split_sft_states_by_task"
+        ]
+        parts = [f"ablations.{variant}.sft_states_{part}" for part in ("train", "val", "probe")]
+        assert split.outputs == parts
+        assert split.inputs == [f"ablations.{variant}.sft_states", f"params:ablations.{variant}.sft_data"]
+        for name in parts:
+            filepath = str(catalog.get(name)._filepath)
+            assert filepath.endswith(
+                f"data/05_model_input/ablations/{variant}/{name.rsplit('.', 1)[1]}.parquet"
+            )
+        params = loader["parameters"]["ablations"][variant]["sft_data"]
+        assert (
+            params["probe_fraction"] == 0.0
+            and params["val_fraction"] == loader["parameters"]["sft_data"]["val_fraction"]
+        )
+    (select,) = [
+        n for n in ablations.nodes if n.name == f"ablations.{FULL_CORPUS}.mining.select_critical_states"
+    ]
+    assert select.inputs[:2] == ["mining_offline_probes", "mining_online_probes"]
+    assert "sft_states_probe" in pipelines["mining"].inputs()
+
+
 def _add_parameters(catalog: DataCatalog, params: dict, prefix: str = "") -> None:
     """``params:<dotted key>`` for every key at every depth, as a Kedro session feeds them."""
     for key, value in params.items():
@@ -204,7 +239,10 @@ def ablation_run(tmp_path_factory, tiny_checkpoint, tiny_states, sandbox_task_li
         catalog["collection_tasks"] = select_collection_tasks(
             sandbox_tasks, {"split": "train", "max_tasks": 4}
         )
-        catalog["sft_states_train"] = states.filter(pl.col("task_id") < "shop-030")
+        catalog["sft_states_train"] = states.filter(pl.col("task_id") < "shop-025")
+        catalog["sft_states_probe"] = states.filter(
+            pl.col("task_id").is_between(pl.lit("shop-025"), pl.lit("shop-029"))
+        )
         catalog["sft_states_val"] = states.filter(pl.col("task_id") >= "shop-030")
         catalog["sft_metrics"] = {"steps": 0}
         catalog["collection_stats"] = {}

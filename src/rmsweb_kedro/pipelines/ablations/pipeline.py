@@ -68,7 +68,7 @@ def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
     namespaced = _reuse(
         chain,
         variant,
-        ("collect", "trajectories", "sft"),
+        ("collect", "trajectories", "sft_data", "sft"),
         replaced={"sandbox_tasks": "ablations.collection_pool"},
     )
     describe = Node(
