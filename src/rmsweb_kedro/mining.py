@@ -353,15 +353,9 @@ def select_states(
 ORIGINS = {"in_sft": True, "not_in_sft": False}
 
 
-def _is_critical(competence_threshold: float) -> pl.Expr:
+def is_critical(competence_threshold: float) -> pl.Expr:
     """Probed (competence not null) and below the threshold."""
     return pl.col("competence").is_not_null() & (pl.col("competence") < competence_threshold)
-
-
-def critical_by_origin(frame: pl.DataFrame, competence_threshold: float) -> dict[str, int]:
-    """Critical states (probed, competence below the threshold) of ``frame`` per origin (:data:`ORIGINS`)."""
-    critical = with_origin(frame).filter(_is_critical(competence_threshold))
-    return {origin: int((critical["in_sft"] == flag).sum()) for origin, flag in ORIGINS.items()}
 
 
 def origin_report(
@@ -373,7 +367,7 @@ def origin_report(
 
     def stats(frame: pl.DataFrame) -> dict[str, Any]:
         probed = frame.filter(pl.col("competence").is_not_null())
-        critical = int(probed.filter(_is_critical(competence_threshold)).height)
+        critical = int(probed.filter(is_critical(competence_threshold)).height)
         return {
             "states": frame.height,
             "probed": probed.height,
@@ -396,20 +390,13 @@ def origin_report(
 
 def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float) -> dict[str, Any]:
     """How concentrated the RL set is: share of routine states (competence >= threshold) and mean competence in the
-    probed corpus against the mined set, counted per state and weighted by duplicate copies, and the critical
-    states of each by origin (SFT trained on them or not: :func:`critical_by_origin`)."""
+    probed corpus against the mined set, counted per state and weighted by duplicate copies (where the critical
+    states came from is :func:`origin_report`'s)."""
 
     def stats(frame: pl.DataFrame) -> dict[str, Any]:
         probed = frame.filter(pl.col("competence").is_not_null())
-        by_origin = critical_by_origin(probed, competence_threshold)
         if probed.is_empty():
-            return {
-                "states": frame.height,
-                "probed": 0,
-                "share_routine": None,
-                "mean_competence": None,
-                "critical_by_origin": by_origin,
-            }
+            return {"states": frame.height, "probed": 0, "share_routine": None, "mean_competence": None}
         routine = probed["competence"] >= competence_threshold
         weights = probed["n_copies"].cast(pl.Float64)
         return {
@@ -418,7 +405,6 @@ def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshol
             "share_routine": float(routine.mean()),
             "share_routine_weighted": float((weights * routine.cast(pl.Float64)).sum() / weights.sum()),
             "mean_competence": float(probed["competence"].mean()),
-            "critical_by_origin": by_origin,
         }
 
     corpus_stats, mined_stats = stats(corpus), stats(mined)
@@ -439,7 +425,7 @@ def failure_mode_table(probed: pl.DataFrame, env_failed: int, competence_thresho
     how many it did not (``n_not_in_sft``: the probe pool), their share of the source's critical states and their
     mean competence. ``env_failed`` online rollouts the environment failed leave no state; they are the online
     ``environment_error`` count (their origin columns are null)."""
-    critical = with_origin(probed).filter(_is_critical(competence_threshold))
+    critical = with_origin(probed).filter(is_critical(competence_threshold))
     grid = pl.DataFrame(
         [(source, mode.value) for source in ("offline", "online") for mode in FailureMode],
         schema={"source": pl.String, "failure_mode": pl.String},

@@ -11,7 +11,6 @@ from rmsweb_kedro.mining import (
     CRITICAL_STATE_SCHEMA,
     FailureMode,
     corpus_states,
-    critical_by_origin,
     deduplicate_states,
     failure_mode_table,
     origin_report,
@@ -90,14 +89,11 @@ def test_critical_states_are_counted_by_origin():
     assert report["in_sft"]["selected"] == {"critical": 1} and report["not_in_sft"]["selected"] == {
         "critical": 3
     }
-    assert critical_by_origin(offline, 0.5) == {"in_sft": 1, "not_in_sft": 2}
     full = select_critical_states(offline, online, {**PARAMS, "rl_corpus": "full"})
     assert full.height == 7 and full["in_sft"].sum() == 3  # every corpus state, training states and the pool
-    # the report and its concentration figures carry the same counts
     summary = report_mining(offline, online, mined, {"rollouts": 1}, PARAMS)
     assert summary["by_origin"] == report and summary["corpus_states_held_out_of_sft"] == 4
-    assert summary["concentration"]["corpus"]["critical_by_origin"] == {"in_sft": 1, "not_in_sft": 2}
-    assert summary["concentration"]["mined"]["critical_by_origin"] == {"in_sft": 1, "not_in_sft": 3}
+    assert summary["critical_in_corpus"] == 3  # t1's unprobed state is not critical
     # failure modes: every critical state here is a wrong element; offline 1 trained + 2 held out, online 1 held out
     table = failure_mode_table(pl.concat([offline, online]), 2, 0.5)
     element = table.filter(pl.col("failure_mode") == FailureMode.WRONG_ELEMENT.value)
@@ -116,7 +112,8 @@ def test_tables_from_before_the_pool_are_states_sft_trained_on():
     old = probed([state(0), state(1, instruction="x")], [0.0, 1.0], [True, True]).drop("in_sft")
     mined = select_critical_states(old, old.clear().with_columns(pl.lit("online").alias("source")), PARAMS)
     assert mined["in_sft"].to_list() == [True]
-    assert critical_by_origin(old, 0.5) == {"in_sft": 1, "not_in_sft": 0}
+    report = origin_report(old, old.clear(), mined, 0.5)
+    assert report["in_sft"]["offline"]["critical"] == 1 and report["not_in_sft"]["offline"]["states"] == 0
 
 
 def test_rollouts_go_to_the_probe_pool_first(sandbox_task_list):

@@ -96,7 +96,6 @@ def test_outputs(mining_run):
         counts = report["by_origin"][origin]["offline"]
         assert counts["probed"] == mine["competence"].is_not_null().sum()
         assert counts["critical"] == (mine["competence"] < 0.5).sum()
-        assert report["concentration"]["corpus"]["critical_by_origin"][origin] == counts["critical"]
         assert sum(report["by_origin"][origin]["selected"].values()) == (critical["in_sft"] == flag).sum()
     assert report["by_origin"]["not_in_sft"]["offline"]["probed"] > 0
     assert offline["n_in_sft"].sum() + offline["n_not_in_sft"].sum() == offline["n_states"].sum()

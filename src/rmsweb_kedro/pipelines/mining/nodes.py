@@ -19,6 +19,7 @@ from rmsweb_kedro.mining import (
     corpus_states,
     deduplicate_states,
     failure_mode_table,
+    is_critical,
     origin_report,
     select_states,
     unseen_states,
@@ -180,7 +181,7 @@ def report_mining(
         "corpus_states_held_out_of_sft": int((~offline["in_sft"]).sum()),
         "offline_probed": int(offline["competence"].is_not_null().sum()),
         "online_states": int(probed_online.height),
-        "critical_in_corpus": int((offline["competence"] < config.competence_threshold).sum()),
+        "critical_in_corpus": offline.filter(is_critical(config.competence_threshold)).height,
         "concentration": concentration(offline, critical_states, config.competence_threshold),
         "selected": {
             f"{selection}/{source}": int(n)
