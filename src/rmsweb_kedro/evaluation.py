@@ -195,6 +195,12 @@ EPISODE_SCHEMA = pl.Schema(
         "judge": pl.String,
         "judged_by": pl.String,  # schema.JudgedBy as JSON: kind, protocol, model, prompt source/ref/hash, thresholds
         "judge_reason": pl.String,
+        # where a failed sandbox episode first left its task's reference solution (reference_divergence)
+        "diverged_at": pl.Int32,  # step index; null: succeeded, no reference, or never left it
+        "divergence_action": pl.String,  # what the policy did there ("<invalid>": its output did not parse)
+        "divergence_reference": pl.String,  # what the reference does on that page
+        "divergence_mode": pl.String,  # mining.FailureMode value, or "reference_not_on_page"
+        "divergence_argument": pl.String,  # a wrong string argument: in_task_or_page, first_word_only, elsewhere
     }
 )
 
@@ -263,9 +269,66 @@ def run_online(
     )
     rows = [
         episode_row(trajectory, spec.task, model_name, spec.metadata["run"], config)
+        | reference_divergence(spec.task, trajectory)
         for spec, (trajectory,) in zip(episodes, trajectories, strict=True)
     ]
     return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
+
+
+def argument_origin(value: str, instruction: str, axtree: str) -> str:
+    """Where a typed or chosen string could have come from: ``in_task_or_page`` (copied, maybe from the wrong
+    place), ``first_word_only`` (its first word is there, the rest is not) or ``elsewhere`` (written from memory)."""
+    seen = f"{instruction}\n{axtree}"
+    if value in seen:
+        return "in_task_or_page"
+    words = value.split()
+    return "first_word_only" if len(words) > 1 and words[0] in seen else "elsewhere"
+
+
+def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
+    """Where a failed episode first left its task's reference solution (sandbox tasks carry one): the step, the
+    action taken, the reference action there (resolved on the page the episode saw, its declared equivalents
+    accepted: ``mining.is_right``), the failure mode (``mining.classify_failure``) and, for a wrong string
+    argument, where the string came from (:func:`argument_origin`). Until that step the episode did what the
+    reference does, so step i of one is step i of the other. All null for a success, an environment failure, a
+    task without a reference, or an episode that never left it."""
+    from rmsweb_kedro.actions import format_action
+    from rmsweb_kedro.mining import FailureMode, classify_failure, is_right
+    from rmsweb_kedro.schema import Observation
+    from rmsweb_kedro.web.browser import parse_axtree
+    from rmsweb_kedro.web.sandbox.reference import TargetNotFound, resolve_equivalents, resolve_step
+
+    found = dict.fromkeys(
+        ("diverged_at", "divergence_action", "divergence_reference", "divergence_mode", "divergence_argument")
+    )
+    plan = task.reference_solution or []
+    if trajectory.success is not False or trajectory.termination == "env_error" or not plan:
+        return found
+    for step in trajectory.steps[: len(plan)]:
+        axtree = step.axtree or ""
+        page = Observation(url=step.url, axtree=axtree, elements=parse_axtree(axtree))
+        try:
+            references = [resolve_step(plan[step.index], page), *resolve_equivalents(plan[step.index], page)]
+        except TargetNotFound:
+            references = []
+        if references and is_right(step.action, references):
+            continue
+        found.update(
+            diverged_at=step.index,
+            divergence_action=format_action(step.action) if step.action else "<invalid>",
+            divergence_reference=format_action(references[0]) if references else None,
+        )
+        if not references:
+            found["divergence_mode"] = "reference_not_on_page"
+            return found
+        history = [s.action for s in trajectory.steps[: step.index] if s.action]
+        mode = classify_failure(step.action, references, history, state_url=step.url)
+        found["divergence_mode"] = mode.value
+        value = (step.action.text or step.action.option) if step.action else None
+        if mode is FailureMode.WRONG_ARGUMENT and value:
+            found["divergence_argument"] = argument_origin(value, task.instruction, axtree)
+        return found
+    return found
 
 
 def _seeded(policy: Any) -> Any:

@@ -291,10 +291,19 @@ EPISODE_FAILURE_WORDS = {
 }
 
 
+#: The report's words for where a wrong typed or chosen string came from (``evaluation.argument_origin``).
+ARGUMENT_ORIGIN_WORDS = {
+    "in_task_or_page": "copied from the wrong place",
+    "first_word_only": "first word copied, the rest not",
+    "elsewhere": "not in the task or page",
+}
+
+
 def failure_modes(predictions: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataFrame:
-    """Counts per model of why a step was wrong offline and why an episode failed online: mining's taxonomy
-    (``mining.FailureMode``, which scoring labels every reply with; ``mining.EpisodeFailure`` for episodes), in
-    words."""
+    """Counts per model of why a step was wrong offline, where a failed episode first left its task's reference
+    solution (``online first wrong step``: ``evaluation.reference_divergence``; a wrong string argument split by
+    where it came from) and why an episode failed online: mining's taxonomy (``mining.FailureMode``, which scoring
+    labels every reply with; ``mining.EpisodeFailure`` for episodes), in words."""
     offline = predictions.filter(~pl.col("step_success")).select(
         "model",
         pl.lit("offline step").alias("where"),
@@ -308,13 +317,27 @@ def failure_modes(predictions: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataF
     online = failed.select(
         "model", pl.lit("online episode").alias("where"), pl.Series("mode", words, dtype=pl.String)
     )
-    return pl.concat([offline, online]).group_by("model", "where", "mode", maintain_order=True).len("count")
+    origin = pl.col("divergence_argument").replace_strict(ARGUMENT_ORIGIN_WORDS, default=None)
+    first_wrong = failed.filter(pl.col("divergence_mode").is_not_null()).select(
+        "model",
+        pl.lit("online first wrong step").alias("where"),
+        pl.concat_str(
+            pl.col("divergence_mode").str.replace_all("_", " "),
+            pl.when(origin.is_not_null()).then(pl.format(" ({})", origin)).otherwise(pl.lit("")),
+        ).alias("mode"),
+    )
+    return (
+        pl.concat([offline, first_wrong, online])
+        .group_by("model", "where", "mode", maintain_order=True)
+        .len("count")
+    )
 
 
 def plot_failure_modes(modes: pl.DataFrame):
-    """Stacked bars per model: failure modes of offline steps and online episodes."""
-    fig, panels = figure_panels(2)
-    for ax, where in zip(panels, ("offline step", "online episode"), strict=True):
+    """Stacked bars per model: failure modes of offline steps, of online episodes' first wrong steps, and of
+    online episodes."""
+    fig, panels = figure_panels(3)
+    for ax, where in zip(panels, ("offline step", "online first wrong step", "online episode"), strict=True):
         part = modes.filter(pl.col("where") == where)
         models = part["model"].unique(maintain_order=True).to_list()
         bottom = [0] * len(models)

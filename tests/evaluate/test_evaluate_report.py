@@ -431,6 +431,26 @@ def test_one_failure_taxonomy_for_steps_and_episodes():
                        "critical_point": EpisodeFailure.OTHER}  # fmt: skip
 
 
+def test_failed_episodes_are_counted_by_their_first_wrong_step():
+    """Where a failed episode first left its reference (evaluation.reference_divergence) is counted beside how it
+    ended; a wrong string argument is split by where it came from, and episodes without a divergence (successes, no
+    reference) are not counted there."""
+    sft = episodes("sft", ONLINE["sft"], runs=1).with_columns(
+        pl.Series("divergence_mode", [None, "wrong_argument", None, "wrong_element"]),
+        pl.Series("divergence_argument", [None, "first_word_only", None, None]),
+    )
+    rows = report.failure_modes(pl.DataFrame(schema=evaluation.OFFLINE_PREDICTION_SCHEMA), sft)
+    first = rows.filter(pl.col("where") == "online first wrong step")
+    assert dict(zip(first["mode"], first["count"], strict=True)) == {
+        "wrong argument (first word copied, the rest not)": 1,
+        "wrong element": 1,
+    }
+    assert rows.filter(pl.col("where") == "online episode")["count"].sum() == 2  # the same two failures
+    assert [ax.get_title() for ax in report.plot_failure_modes(rows).axes][1] == (
+        "Failure modes: online first wrong steps"
+    )
+
+
 def test_report_from_empty_evaluations():
     """No held-out state and no episode (e.g. an empty split) still gives tables, figures and a report."""
     predictions = pl.DataFrame(schema=evaluation.OFFLINE_PREDICTION_SCHEMA)

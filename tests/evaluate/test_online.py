@@ -12,11 +12,28 @@ from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
 from rmsweb_kedro.evaluation import EPISODE_SCHEMA
 from rmsweb_kedro.pipelines.evaluate import nodes
 from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.web.sandbox.solve import ReferenceAgent
 from tests.fixtures_web import chromium_available
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 PARAMS = {"online": {"max_tasks": 2, "max_held_out_tasks": 1, "runs": 1, "max_steps": 14}}
+
+
+class Misremembers(ReferenceAgent):
+    """Plays the reference solution but types a string of its own: one word for a one-word text (a city from
+    memory), the first word and another for a longer one ("Lopel kettle" for "Lopel jacket")."""
+
+    name = "misremembers"
+
+    def act(self, task, observation, history, reflections) -> Decision:
+        decision = super().act(task, observation, history, reflections)
+        action = decision.action
+        if action is None or action.type is not ActionType.TYPE:
+            return decision
+        words = action.text.split()
+        text = f"{words[0]} Qorvel" if len(words) > 1 else "Qorvel"
+        return Decision(action=action.model_copy(update={"text": text}), raw_output=f"typed {text}")
 
 
 class Quitter:
@@ -49,11 +66,38 @@ def test_perfect_teacher_solves_and_quitter_fails(sandbox_tasks):
     assert (solved["n_steps"] > 1).all() and (solved["wall_s"] > 0).all()
     assert set(solved["judge"]) == {"sandbox-checker/v1"}
 
+    assert solved["diverged_at"].null_count() == 3  # a success never left its reference
+
     failed = nodes.run_online(sandbox_tasks, Quitter(), PARAMS, model_name="quitter")
     assert failed["task_id"].to_list() == solved["task_id"].to_list()  # the same tasks for every model
     assert failed["success"].to_list() == [False, False, False] and set(failed["n_steps"]) == {1}
+    # it left the reference at its first step, by ending the episode
+    assert failed["diverged_at"].to_list() == [0, 0, 0]
+    assert set(failed["divergence_mode"]) == {"premature_end"}
+    assert set(failed["divergence_action"]) == {'stop("infeasible")'}
+    assert failed["divergence_reference"].null_count() == 0 and failed["divergence_argument"].null_count() == 3
 
     table = nodes.compare_models(
         pl.DataFrame(schema={"model": pl.String}), pl.concat([solved, failed]), {"online": {"runs": 1}}
     )
     assert dict(zip(table["model"], table["success_rate"], strict=True)) == {"teacher": 1.0, "quitter": 0.0}
+
+
+def test_episodes_record_where_they_first_left_the_reference(sandbox_tasks, sandbox_task_list):
+    by_id = {task.id: task for task in sandbox_task_list}
+    episodes = nodes.run_online(sandbox_tasks, Misremembers(), {**PARAMS, "seed": 3}, model_name="misremembers")
+    typed = 0
+    for row in episodes.iter_rows(named=True):
+        plan = by_id[row["task_id"]].reference_solution
+        first_type = next((i for i, step in enumerate(plan) if step["action"] == "type"), None)
+        if row["success"]:  # nothing typed, or a site that lists the item whatever was searched for
+            assert row["diverged_at"] is None, row
+            continue
+        typed += 1
+        expected = plan[first_type]["text"]
+        assert row["diverged_at"] == first_type, row
+        assert row["divergence_mode"] == "wrong_argument" and f'"{expected}"' in row["divergence_reference"]
+        assert "Qorvel" in row["divergence_action"]
+        origin = "first_word_only" if " " in expected else "elsewhere"
+        assert row["divergence_argument"] == origin, row
+    assert typed >= 1, episodes.select("task_id", "success")  # a failure to look at

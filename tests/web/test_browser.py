@@ -12,7 +12,7 @@ from rmsweb_kedro.actions import Action, parse_action
 from rmsweb_kedro.agents.scripted import SandboxJudge
 from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
 from rmsweb_kedro.schema import Task
-from rmsweb_kedro.web.browser import BrowserEnv
+from rmsweb_kedro.web.browser import BrowserEnv, format_axtree, parse_axtree
 from rmsweb_kedro.web.sandbox import SandboxServer, check, find_element, resolve_step
 from rmsweb_kedro.web.sandbox.solve import ReferenceAgent, play_reference
 
@@ -85,6 +85,14 @@ def test_observation_format_and_stable_ids(browser_env: BrowserEnv, sandbox_task
     again = browser_env.step(parse_action("wait(0)"))
     assert again.axtree == results.axtree  # same page, same ids
     assert 'value="Relevance"' in again.axtree
+    # a recorded step keeps the text only: the elements read back from it are the observation's
+    for observation in (first, results):
+        parsed = parse_axtree(observation.axtree)
+        assert [(e.id, e.role, e.name) for e in parsed] == [(e.id, e.role, e.name) for e in observation.elements]
+    assert [e.value for e in parse_axtree(results.axtree) if e.role == "combobox"] == ["Relevance"]
+    item = {"kind": "element", "id": 9, "role": "link", "name": 'Say "hi" \\ bye', "value": None, "tag": "a"}
+    text, _ = format_axtree([{**item, "bbox": [0, 0, 1, 1]}])
+    assert text == 'link "Say \\"hi\\" \\\\ bye" [9]' and parse_axtree(text)[0].name == 'Say "hi" \\ bye'
 
 
 def test_agent_mistakes_become_errors_not_exceptions(

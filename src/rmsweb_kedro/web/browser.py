@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -98,6 +99,29 @@ def format_axtree(items: list[dict[str, Any]]) -> tuple[str, list[Element]]:
 
 def _quoted(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+_ELEMENT_LINE = re.compile(r'^(\S+) "((?:[^"\\]|\\.)*)" \[(\d+)\](?: value="((?:[^"\\]|\\.)*)")?')
+_UNQUOTE = re.compile(r"\\(.)")
+
+
+def parse_axtree(axtree: str) -> list[Element]:
+    """The interactive elements of an axtree text written by :func:`format_axtree` (id, role, name, value), for
+    a recorded step whose observation kept only the text."""
+    elements = []
+    for line in axtree.splitlines():
+        found = _ELEMENT_LINE.match(line)
+        if found:
+            role, name, element_id, value = found.groups()
+            elements.append(
+                Element(
+                    id=int(element_id),
+                    role=role,
+                    name=_UNQUOTE.sub(r"\1", name),
+                    value=None if value is None else _UNQUOTE.sub(r"\1", value),
+                )
+            )
+    return elements
 
 
 def _first_line(error: BaseException) -> str:
