@@ -200,7 +200,8 @@ EPISODE_SCHEMA = pl.Schema(
         "divergence_action": pl.String,  # what the policy did there ("<invalid>": its output did not parse)
         "divergence_reference": pl.String,  # what the reference does on that page
         "divergence_mode": pl.String,  # mining.FailureMode value, or "reference_not_on_page"
-        "divergence_argument": pl.String,  # a wrong string argument: in_task_or_page, first_word_only, elsewhere
+        # a wrong argument's string: expected (another field differs), in_task_or_page, first_word_only, elsewhere
+        "divergence_argument": pl.String,
     }
 )
 
@@ -275,10 +276,13 @@ def run_online(
     return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
 
 
-def argument_origin(value: str, instruction: str, axtree: str) -> str:
-    """Where a typed or chosen string could have come from: ``in_task_or_page`` (copied, maybe from the wrong
-    place), ``first_word_only`` (its first word is there, the rest is not) or ``elsewhere`` (written from memory)."""
+def argument_origin(value: str, expected: str | None, instruction: str, axtree: str) -> str:
+    """Where a typed or chosen string could have come from, against the ``expected`` one: ``expected`` (the same
+    string: another field differs, e.g. ``submit``), ``in_task_or_page`` (copied, from the wrong place),
+    ``first_word_only`` (its first word is there, the rest is not) or ``elsewhere`` (written from memory)."""
     seen = f"{instruction}\n{axtree}"
+    if value == expected:
+        return "expected"
     if value in seen:
         return "in_task_or_page"
     words = value.split()
@@ -326,7 +330,8 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
         found["divergence_mode"] = mode.value
         value = (step.action.text or step.action.option) if step.action else None
         if mode is FailureMode.WRONG_ARGUMENT and value:
-            found["divergence_argument"] = argument_origin(value, task.instruction, axtree)
+            expected = references[0].text or references[0].option
+            found["divergence_argument"] = argument_origin(value, expected, task.instruction, axtree)
         return found
     return found
 

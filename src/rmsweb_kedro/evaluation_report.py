@@ -293,6 +293,7 @@ EPISODE_FAILURE_WORDS = {
 
 #: The report's words for where a wrong typed or chosen string came from (``evaluation.argument_origin``).
 ARGUMENT_ORIGIN_WORDS = {
+    "expected": "the right string, another field wrong",
     "in_task_or_page": "copied from the wrong place",
     "first_word_only": "first word copied, the rest not",
     "elsewhere": "not in the task or page",
