@@ -434,12 +434,21 @@ def test_one_failure_taxonomy_for_steps_and_episodes():
 def test_where_a_wrong_string_came_from():
     """The default run's SFT episodes, first wrong steps (2026-12-04): each kind of string it typed."""
     task, page = "Buy a Lopel jacket from Krakow to Pelsul", 'textbox "Search products" [4]'
-    assert evaluation.argument_origin("Lopel jacket", "Lopel jacket", task, page) == "expected"  # submit differed
+    assert (
+        evaluation.argument_origin("Lopel jacket", "Lopel jacket", task, page) == "expected"
+    )  # submit differed
     assert evaluation.argument_origin("Pelsul", "Krakow", task, page) == "in_task_or_page"  # the other city
     assert evaluation.argument_origin("Lopel kettle", "Lopel jacket", task, page) == "first_word_only"
     assert evaluation.argument_origin("Marvin", "Graz", task, page) == "elsewhere"  # a training city
-    assert evaluation.argument_origin("Search", "Graz", task, page) == "in_task_or_page"  # the page counts too
-    assert set(report.ARGUMENT_ORIGIN_WORDS) == {"expected", "in_task_or_page", "first_word_only", "elsewhere"}
+    assert (
+        evaluation.argument_origin("Search", "Graz", task, page) == "in_task_or_page"
+    )  # the page counts too
+    assert set(report.ARGUMENT_ORIGIN_WORDS) == {
+        "expected",
+        "in_task_or_page",
+        "first_word_only",
+        "elsewhere",
+    }
 
 
 def test_failed_episodes_are_counted_by_their_first_wrong_step():

@@ -75,7 +75,9 @@ def test_perfect_teacher_solves_and_quitter_fails(sandbox_tasks):
     assert failed["diverged_at"].to_list() == [0, 0, 0]
     assert set(failed["divergence_mode"]) == {"premature_end"}
     assert set(failed["divergence_action"]) == {'stop("infeasible")'}
-    assert failed["divergence_reference"].null_count() == 0 and failed["divergence_argument"].null_count() == 3
+    assert (
+        failed["divergence_reference"].null_count() == 0 and failed["divergence_argument"].null_count() == 3
+    )
 
     table = nodes.compare_models(
         pl.DataFrame(schema={"model": pl.String}), pl.concat([solved, failed]), {"online": {"runs": 1}}
@@ -85,7 +87,9 @@ def test_perfect_teacher_solves_and_quitter_fails(sandbox_tasks):
 
 def test_episodes_record_where_they_first_left_the_reference(sandbox_tasks, sandbox_task_list):
     by_id = {task.id: task for task in sandbox_task_list}
-    episodes = nodes.run_online(sandbox_tasks, Misremembers(), {**PARAMS, "seed": 3}, model_name="misremembers")
+    episodes = nodes.run_online(
+        sandbox_tasks, Misremembers(), {**PARAMS, "seed": 3}, model_name="misremembers"
+    )
     typed = 0
     for row in episodes.iter_rows(named=True):
         plan = by_id[row["task_id"]].reference_solution

@@ -88,7 +88,9 @@ def test_observation_format_and_stable_ids(browser_env: BrowserEnv, sandbox_task
     # a recorded step keeps the text only: the elements read back from it are the observation's
     for observation in (first, results):
         parsed = parse_axtree(observation.axtree)
-        assert [(e.id, e.role, e.name) for e in parsed] == [(e.id, e.role, e.name) for e in observation.elements]
+        assert [(e.id, e.role, e.name) for e in parsed] == [
+            (e.id, e.role, e.name) for e in observation.elements
+        ]
     assert [e.value for e in parse_axtree(results.axtree) if e.role == "combobox"] == ["Relevance"]
     item = {"kind": "element", "id": 9, "role": "link", "name": 'Say "hi" \\ bye', "value": None, "tag": "a"}
     text, _ = format_axtree([{**item, "bbox": [0, 0, 1, 1]}])
