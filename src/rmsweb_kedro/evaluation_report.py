@@ -336,8 +336,14 @@ def failure_modes(predictions: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataF
 
 def plot_failure_modes(modes: pl.DataFrame):
     """Stacked bars per model: failure modes of offline steps, of online episodes' first wrong steps, and of
-    online episodes."""
-    fig, panels = figure_panels(3)
+    online episodes; a mode keeps its colour in every panel, and each legend sits under its panel."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab20"]
+    colours = {
+        mode: palette(i % palette.N) for i, mode in enumerate(sorted(modes["mode"].unique().to_list()))
+    }
+    fig, panels = figure_panels(3, panel_size=(6.0, 5.5))
     for ax, where in zip(panels, ("offline step", "online first wrong step", "online episode"), strict=True):
         part = modes.filter(pl.col("where") == where)
         models = part["model"].unique(maintain_order=True).to_list()
@@ -347,12 +353,12 @@ def plot_failure_modes(modes: pl.DataFrame):
                 int(part.filter((pl.col("model") == m) & (pl.col("mode") == mode))["count"].sum())
                 for m in models
             ]
-            ax.bar(models, counts, bottom=bottom, label=mode)
+            ax.bar(models, counts, bottom=bottom, label=mode, color=colours[mode])
             bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
         ax.set_title(f"Failure modes: {where}s")
         ax.set_ylabel("count")
         if models:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 
