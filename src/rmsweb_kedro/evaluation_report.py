@@ -191,12 +191,8 @@ def reflection_saving(collection_log: pl.DataFrame, config: EvaluateParams) -> M
 def measures(
     episodes: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
 ) -> dict[str, Measure]:
-    """How this run measures each claim key, from the online episodes and the collection log."""
-    return {
-        "rmsweb_minus_sft_points": paired_points(episodes, "rmsweb", "sft", config.confidence),
-        "sft_minus_base_points": paired_points(episodes, "sft", "base", config.confidence),
-        "reflection_steps_saved_pct": reflection_saving(collection_log, config),
-    }
+    """How this run measures each claim key that names no ``models`` (those are :func:`paired_measure`'s)."""
+    return {"reflection_steps_saved_pct": reflection_saving(collection_log, config)}
 
 
 #: The claims table's columns: the paper's claim, this run's figure with its interval (``low``-``high`` over ``n``

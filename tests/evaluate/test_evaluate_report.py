@@ -23,11 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 PARAMS = {
     "online": {"runs": 2},
     "claims": [
-        {"key": "rmsweb_minus_sft_points", "claim": "RMSWeb beats SFT", "paper": "+2.4 to +7.0", "paper_low": 1.2,
-         "paper_high": 7.7},
+        {"key": "online_success_points", "models": ["rmsweb", "sft"], "claim": "RMSWeb beats SFT",
+         "paper": "+2.4 to +7.0", "paper_low": 1.2, "paper_high": 7.7},
         {"key": "reflection_steps_saved_pct", "claim": "shorter", "paper": "up to ~20%", "paper_low": 0.0,
          "paper_high": 20.0},
-        {"key": "sft_minus_base_points", "claim": "SFT beats base", "paper": "implied"},
+        {"key": "online_success_points", "models": ["sft", "base"], "claim": "SFT beats base", "paper": "implied"},
     ],
     "figures": {"success_vs_cost": "evaluate/success_vs_cost.png"},
 }  # fmt: skip
@@ -218,8 +218,8 @@ def solved(
     return episodes(model, outcomes, runs=1)
 
 
-def claim(table: pl.DataFrame, key: str) -> dict:
-    return table.row(next(i for i, c in enumerate(PARAMS["claims"]) if c["key"] == key), named=True)
+def claim(table: pl.DataFrame, text: str) -> dict:
+    return table.row(next(i for i, c in enumerate(PARAMS["claims"]) if c["claim"] == text), named=True)
 
 
 def test_paired_online_differences_on_the_same_episodes():
@@ -229,7 +229,7 @@ def test_paired_online_differences_on_the_same_episodes():
     table = nodes.claims_table(
         pl.concat([solved("base", set()), solved("sft", sft_wins)]), NO_PREDICTIONS, log, PARAMS
     )
-    row = claim(table, "sft_minus_base_points")
+    row = claim(table, "SFT beats base")
     assert row["this_run"] == pytest.approx(100 * 7 / 54) and row["n"] == 54
     assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
     assert row["interval"] == reporting.PAIRED_INTERVAL and row["p_value"] == pytest.approx(2 / 2**7)
@@ -238,26 +238,26 @@ def test_paired_online_differences_on_the_same_episodes():
     table = nodes.claims_table(
         pl.concat([solved("base", set()), solved("sft", {0})]), NO_PREDICTIONS, log, PARAMS
     )
-    row = claim(table, "sft_minus_base_points")
+    row = claim(table, "SFT beats base")
     assert row["low"] < 0 < row["this_run"] < row["high"] and row["resolved"] is False
     # Identical models: 0, with an interval around it, and no discordant pair to test.
     table = nodes.claims_table(
         pl.concat([solved("sft", sft_wins), solved("rmsweb", sft_wins)]), NO_PREDICTIONS, log, PARAMS
     )
-    row = claim(table, "rmsweb_minus_sft_points")
+    row = claim(table, "RMSWeb beats SFT")
     assert row["this_run"] == 0 and row["low"] < 0 < row["high"] and row["resolved"] is False
     assert row["p_value"] is None and "no discordant pair" in row["measured_as"]
     # Environment errors are not judged: base's on t0-t2 take those pairs out (4 of sft's wins remain).
     errors = frozenset({0, 1, 2})
     table = nodes.claims_table(pl.concat([solved("base", set(), env_errors=errors), solved("sft", sft_wins)]), NO_PREDICTIONS,
                                log, PARAMS)  # fmt: skip
-    row = claim(table, "sft_minus_base_points")
+    row = claim(table, "SFT beats base")
     assert row["n"] == 51 and row["this_run"] == pytest.approx(100 * 4 / 51)
     assert "51 (task, run) pairs" in row["measured_as"]
     # No task in common: not measured, and why; a model without episodes likewise.
     other = solved("base", set()).with_columns(pl.col("task_id").str.replace("t", "u"))
     table = nodes.claims_table(pl.concat([other, solved("sft", sft_wins)]), NO_PREDICTIONS, log, PARAMS)
-    row = claim(table, "sft_minus_base_points")
+    row = claim(table, "SFT beats base")
     assert (row["this_run"], row["low"], row["high"], row["resolved"], row["n"]) == (
         None,
         None,
@@ -266,11 +266,11 @@ def test_paired_online_differences_on_the_same_episodes():
         0,
     )
     assert "no (task, run) judged for both" in row["measured_as"]
-    assert "no online episode of rmsweb" in claim(table, "rmsweb_minus_sft_points")["measured_as"]
+    assert "no online episode of rmsweb" in claim(table, "RMSWeb beats SFT")["measured_as"]
 
 
 def test_claims_between_any_two_models():
-    """``models: [first, second]`` with the paired keys: the same paired difference as the built-in claims, and
+    """``models: [first, second]`` with the paired keys: the same paired difference as the default claims, and
     steps on the tasks both solved with a paired bootstrap interval."""
     params = {"claims": [
         {"key": "online_success_points", "models": ["b", "a"], "claim": "b beats a", "paper": "-"},
@@ -307,7 +307,7 @@ def test_claims_between_any_two_models():
     with pytest.raises(ValueError, match="`models` \\[first, second\\] goes with the keys"):
         evaluation.Claim(key="online_success_points", claim="x", paper="-")
     with pytest.raises(ValueError, match="goes with the keys"):
-        evaluation.Claim(key="sft_minus_base_points", claim="x", paper="-", models=("sft", "base"))
+        evaluation.Claim(key="reflection_steps_saved_pct", claim="x", paper="-", models=("sft", "base"))
 
 
 def test_pairs_are_episodes_of_the_same_run():
@@ -346,17 +346,17 @@ def test_steps_saved_has_a_seeded_paired_bootstrap_interval():
         for mode, steps in (("reflection_retries", ours), ("independent_retries", theirs))
     ]
     log, online = collect_log(attempts), pl.DataFrame(schema=evaluation.EPISODE_SCHEMA)
-    row = claim(nodes.claims_table(online, NO_PREDICTIONS, log, PARAMS), "reflection_steps_saved_pct")
+    row = claim(nodes.claims_table(online, NO_PREDICTIONS, log, PARAMS), "shorter")
     assert row["this_run"] == pytest.approx(100 * (1 - 41 / 54)) and row["n"] == 6
     assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
     assert row["interval"] == reporting.BOOTSTRAP_INTERVAL and "2000 resamples" in row["measured_as"]
-    again = claim(nodes.claims_table(online, NO_PREDICTIONS, log, PARAMS), "reflection_steps_saved_pct")
+    again = claim(nodes.claims_table(online, NO_PREDICTIONS, log, PARAMS), "shorter")
     assert (again["low"], again["high"]) == (row["low"], row["high"])  # seeded
     # Mixed savings: one task much longer with reflection, the interval takes in 0.
     mixed = collect_log(
         attempts + [("reflection_retries", "t6", 1, True, 30), ("independent_retries", "t6", 1, True, 8)]
     )
-    row = claim(nodes.claims_table(online, NO_PREDICTIONS, mixed, PARAMS), "reflection_steps_saved_pct")
+    row = claim(nodes.claims_table(online, NO_PREDICTIONS, mixed, PARAMS), "shorter")
     assert row["low"] < 0 < row["high"] and row["resolved"] is False
 
 
