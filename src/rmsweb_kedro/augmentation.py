@@ -18,10 +18,18 @@ import random
 import string
 from typing import Any
 
-from rmsweb_kedro.actions import Action, ActionParseError, ActionType, format_action, parse_action
+from rmsweb_kedro.actions import (
+    ACTION_SPACE,
+    Action,
+    ActionParseError,
+    ActionType,
+    format_action,
+    parse_action,
+)
 
-# The string argument of each action type that can carry one copied from the task or the page.
-_ARGUMENT = {ActionType.TYPE: "text", ActionType.SELECT_OPTION: "option", ActionType.ANSWER: "text"}
+#: The action types whose main argument (``Action.argument``) is a string the policy copies from the task or the
+#: page (evaluation's first wrong step asks the same of a wrong argument).
+COPIED_ARGUMENT_TYPES = frozenset({ActionType.TYPE, ActionType.SELECT_OPTION, ActionType.ANSWER})
 _MIN_LENGTH = 2  # single characters occur everywhere: swapping them would garble the page text
 
 
@@ -31,8 +39,7 @@ def copied_argument(state: dict[str, Any]) -> tuple[Action, str] | None:
         action = parse_action(state["reference_action"])
     except ActionParseError:
         return None
-    field = _ARGUMENT.get(action.type)
-    value = getattr(action, field) if field else None
+    value = action.argument if action.type in COPIED_ARGUMENT_TYPES else None
     if not value or len(value) < _MIN_LENGTH:
         return None
     if value not in (state.get("instruction") or "") and value not in (state.get("axtree") or ""):
@@ -71,7 +78,7 @@ def swap_argument(state: dict[str, Any], replacement: str) -> dict[str, Any]:
     for field in ("previous_actions", "equivalent_actions"):
         swapped[field] = [a.replace(value, replacement) for a in state.get(field) or []]
     swapped["reference_action"] = format_action(
-        action.model_copy(update={_ARGUMENT[action.type]: replacement})
+        action.model_copy(update={ACTION_SPACE[action.type].argument: replacement})
     )
     return swapped
 

@@ -297,6 +297,7 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
     reference does, so step i of one is step i of the other. All null for a success, an environment failure, a
     task without a reference, or an episode that never left it."""
     from rmsweb_kedro.actions import format_action
+    from rmsweb_kedro.augmentation import COPIED_ARGUMENT_TYPES
     from rmsweb_kedro.mining import FailureMode, classify_failure, is_right
     from rmsweb_kedro.schema import Observation
     from rmsweb_kedro.web.browser import parse_axtree
@@ -328,10 +329,11 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
         history = [s.action for s in trajectory.steps[: step.index] if s.action]
         mode = classify_failure(step.action, references, history, state_url=step.url)
         found["divergence_mode"] = mode.value
-        value = (step.action.text or step.action.option) if step.action else None
-        if mode is FailureMode.WRONG_ARGUMENT and value:
-            expected = references[0].text or references[0].option
-            found["divergence_argument"] = argument_origin(value, expected, task.instruction, axtree)
+        copied = mode is FailureMode.WRONG_ARGUMENT and step.action.type in COPIED_ARGUMENT_TYPES
+        if copied and step.action.argument:  # an empty string comes from nowhere in particular
+            found["divergence_argument"] = argument_origin(
+                step.action.argument, references[0].argument, task.instruction, axtree
+            )
         return found
     return found
 
