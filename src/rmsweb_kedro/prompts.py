@@ -34,6 +34,11 @@ class PromptConfig(BaseModel):
     history_k: int = Field(default=3, ge=0, description="how many previous actions to show")
     axtree_max_tokens: int = Field(default=200, ge=1)
     include_thought: bool = Field(default=True, description="train the reply's 'Thought:' line too")
+    system_turn: bool = Field(
+        default=True,
+        description="open with the system turn (the role, the reply format, every action form: action_space_text);"
+        " a model trained from scratch on this prompt (the tiny default) learns nothing from a constant turn",
+    )
     image_root: str | None = Field(default=None, description="folder relative screenshot paths start from")
 
 
@@ -106,10 +111,8 @@ def build_messages(
     if "screenshot" in config.observation and state.get("screenshot"):
         content.append({"type": "image", "image": _image_path(state["screenshot"], config)})
     content.append({"type": "text", "text": user_text(state, axtree, config)})
-    messages = [
-        {"role": "system", "content": [{"type": "text", "text": action_space_text()}]},
-        {"role": "user", "content": content},
-    ]
+    system = [{"role": "system", "content": [{"type": "text", "text": action_space_text()}]}]
+    messages = [*(system if config.system_turn else []), {"role": "user", "content": content}]
     if with_reference:
         messages.append(
             {"role": "assistant", "content": [{"type": "text", "text": reference_reply(state, config)}]}

@@ -55,6 +55,21 @@ def test_prompt_shows_last_k_actions_and_cuts_the_tree(processor, tiny_states):
     assert (text, truncated) == ("short tree", False)
 
 
+def test_without_the_system_turn_the_labels_still_cover_exactly_the_reply(processor, tiny_states):
+    """The tiny default's prompt (``system_turn: false``): user turn first, the reply still found token by token."""
+    config = PromptConfig(system_turn=False)
+    messages, _ = build_messages(tiny_states[0], config, processor.tokenizer, with_reference=True)
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    with_system = build_messages(tiny_states[0], PromptConfig(), processor.tokenizer, with_reference=True)[0]
+    assert with_system[1:] == messages
+    full = SFTCollator(processor, PromptConfig(), loss_on="assistant")([tiny_states[0]])
+    short = SFTCollator(processor, config, loss_on="assistant")([tiny_states[0]])
+    assert short["input_ids"].shape[1] < full["input_ids"].shape[1]
+    assert "You are a web agent" not in processor.tokenizer.decode(short["input_ids"][0])
+    reply_full = full["labels"][full["labels"] != IGNORE_INDEX].tolist()
+    assert short["labels"][short["labels"] != IGNORE_INDEX].tolist() == reply_full != []
+
+
 def test_screenshot_part_when_configured(tmp_path, tiny_states):
     state = dict(tiny_states[0], screenshot="shots/0.png")
     messages, _ = build_messages(state, PromptConfig(observation=["screenshot"], image_root=str(tmp_path)))
