@@ -111,8 +111,9 @@ def build_messages(
     if "screenshot" in config.observation and state.get("screenshot"):
         content.append({"type": "image", "image": _image_path(state["screenshot"], config)})
     content.append({"type": "text", "text": user_text(state, axtree, config)})
-    system = [{"role": "system", "content": [{"type": "text", "text": action_space_text()}]}]
-    messages = [*(system if config.system_turn else []), {"role": "user", "content": content}]
+    messages = [{"role": "user", "content": content}]
+    if config.system_turn:
+        messages.insert(0, {"role": "system", "content": [{"type": "text", "text": action_space_text()}]})
     if with_reference:
         messages.append(
             {"role": "assistant", "content": [{"type": "text", "text": reference_reply(state, config)}]}
