@@ -17,6 +17,7 @@ from kedro.runner import SequentialRunner
 
 from rmsweb_kedro.agents.endpoint import endpoint_credentials
 from rmsweb_kedro.pipeline_registry import register_pipelines
+from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.schema import Trajectory
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 from tests.evaluate.conftest import judge_model
@@ -82,6 +83,8 @@ def test_live_pipeline_from_the_production_catalog(
     parameters = loader["parameters"]
     live = parameters["live"]
     assert live["judge"]["credentials"] == "judge_endpoint"  # production names an endpoint
+    # production replaces the base prompt whole: a real model reads the action space in the system turn
+    assert PromptConfig.model_validate(parameters["evaluate"]["policy"]["prompt"]).system_turn
     live |= {
         "judge": {"base_url": chat_server.base_url, "model": "judge-test", "max_retries": 0},
         "browser": {"host_resolver_rules": sandbox_server.host_resolver_rules},
