@@ -3,11 +3,17 @@
     scripts/gpu_check.sh                                   # = .venv/bin/python benchmarks/gpu_check.py
     .venv/bin/python benchmarks/gpu_check.py --tiny        # smoke run on the CPU: toy sizes, the same code paths
 
-What it runs (target: under 8 minutes on one H100-class GPU):
+A GPU machine without Chromium takes its screenshots from a folder made where a browser runs:
 
-1. a random Qwen3-VL at the 2B size, built in the released layout (``modeling.released_layout_model``: vision
-   tower with deepstack layers, the released image processor, chat template without generation markers, a
-   151,936-row vocabulary), bf16, on ``modeling.resolve_device()``;
+    .venv/bin/python benchmarks/gpu_check.py --screenshots shots --screenshots-only   # here: take and save them
+    python benchmarks/gpu_check.py --screenshots shots                                 # there: read them
+
+What it runs (about a minute on one H200 at either size; figures in docs/training.md, "Measured on one H200"):
+
+1. a random Qwen3-VL at the 2B size (``--size 8b``: the 8B, LoRA only, as its full weights need several GPUs),
+   built in the released layout (``modeling.released_layout_model``: vision tower with deepstack layers, the
+   released image processor, chat template without generation markers, a 151,936-row vocabulary), bf16, on
+   ``modeling.resolve_device()``;
 2. real screenshots: the sandbox sites served locally and opened in headless Chromium at 1280x800 (about 1,000
    visual tokens each), turned into STATE rows with their accessibility tree;
 3. SFT steps through ``training.sft.run_sft`` (assistant-only loss found by rendering, the screenshot in every
@@ -24,26 +30,45 @@ cheaper backward are not counted), peak from ``--peak-tflops`` (bf16 dense: 989 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-TWO_B = {  # the text and vision towers of Qwen3-VL-2B-Instruct
-    "vocab_size": 4096,
-    "vocab_rows": 151_936,
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "tie_word_embeddings": True,
-    "vision_depth": 24,
-    "vision_hidden_size": 1024,
-    "vision_intermediate_size": 4096,
-    "vision_heads": 16,
-    "deepstack_visual_indexes": [5, 11, 17],
+SIZES = {  # the text and vision towers of the released checkpoints (their config.json)
+    "2b": {  # Qwen3-VL-2B-Instruct
+        "vocab_size": 4096,
+        "vocab_rows": 151_936,
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": True,
+        "vision_depth": 24,
+        "vision_hidden_size": 1024,
+        "vision_intermediate_size": 4096,
+        "vision_heads": 16,
+        "deepstack_visual_indexes": [5, 11, 17],
+    },
+    "8b": {  # Qwen3-VL-8B-Instruct
+        "vocab_size": 4096,
+        "vocab_rows": 151_936,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": False,
+        "vision_depth": 27,
+        "vision_hidden_size": 1152,
+        "vision_intermediate_size": 4304,
+        "vision_heads": 16,
+        "deepstack_visual_indexes": [8, 16, 24],
+    },
 }
 
 
@@ -78,6 +103,20 @@ def screenshot_states(count: int, root: Path) -> list[dict]:
                         "reference_action": "click(1)",
                     }
                 )
+    return states
+
+
+def load_or_take_states(count: int, folder: Path) -> list[dict]:
+    """The screenshot states saved in ``folder`` (its ``states.json``), else ``count`` taken now and saved there."""
+    saved = folder / "states.json"
+    if saved.exists():
+        states = json.loads(saved.read_text())
+        return [{**state, "screenshot": str(folder / state["screenshot"])} for state in states]
+    states = screenshot_states(count, folder)
+    relative = [
+        {**state, "screenshot": str(Path(state["screenshot"]).relative_to(folder))} for state in states
+    ]
+    saved.write_text(json.dumps(relative, indent=1))
     return states
 
 
@@ -134,12 +173,26 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tiny", action="store_true", help="toy sizes on the CPU: a smoke run of every part")
+    parser.add_argument("--size", choices=sorted(SIZES), default="2b", help="the released checkpoint's shape")
     parser.add_argument("--sft-steps", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=4, help="SFT samples a step")
     parser.add_argument("--rl-steps", type=int, default=3)
     parser.add_argument("--group-size", type=int, default=8, help="G")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's bf16 dense peak")
+    parser.add_argument(
+        "--screenshots",
+        type=Path,
+        help="a folder of screenshot states: read when it holds states.json, else taken with Chromium and saved there",
+    )
+    parser.add_argument(
+        "--screenshots-only", action="store_true", help="take and save --screenshots, then stop"
+    )
     args = parser.parse_args()
+    if args.screenshots_only:
+        if args.screenshots is None:
+            raise SystemExit("--screenshots-only needs --screenshots FOLDER")
+        print(f"{len(load_or_take_states(16, args.screenshots))} screenshot states in {args.screenshots}")
+        return
 
     device = resolve_device("cpu" if args.tiny else "auto")
     if not args.tiny and device.type != "cuda":
@@ -150,7 +203,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
     prompt = PromptConfig(observation=["screenshot", "axtree"], axtree_max_tokens=1024)
 
-    states = screenshot_states(16, work / "screenshots")
+    states = load_or_take_states(16, args.screenshots or work / "screenshots")
     corpus = [
         part["text"]
         for state in states
@@ -159,7 +212,9 @@ def main() -> None:
         if part["type"] == "text"
     ]
     with Meter(device) as meter:
-        model, processor = released_layout_model(corpus, {} if args.tiny else TWO_B, device=str(device))
+        model, processor = released_layout_model(
+            corpus, {} if args.tiny else SIZES[args.size], device=str(device)
+        )
         model = model.to(torch.bfloat16)
     n_params = sum(p.numel() for p in model.parameters())
     visual = sum(p.numel() for n, p in model.named_parameters() if ".visual." in f".{n}")
@@ -182,7 +237,9 @@ def main() -> None:
         )
 
     warmup = 1 if steps[0] > 1 else 0
-    for name, lora in (("SFT, full weights", None), ("SFT, LoRA r=16", LoraSettings(r=16))):
+    # 8B full weights with AdamW hold ~140 GB (docs/training.md): FSDP over several GPUs, not this check
+    full = [] if args.size == "8b" and not args.tiny else [("SFT, full weights", None)]
+    for name, lora in full + [("SFT, LoRA r=16", LoraSettings(r=16))]:
         if lora is not None:
             model = add_lora(model, lora)
         config = SFTConfig(

@@ -72,3 +72,42 @@ def test_interrupted_run_resumes_where_it_stopped(sft_tiny, tmp_path):
     assert all(row["train/kl"] > 0 for row in straight.history[1:] if row["train/acceptance_rate"] > 0)
     for ours, theirs in zip(resumed.model.parameters(), straight.model.parameters(), strict=True):
         torch.testing.assert_close(ours, theirs)
+
+
+def test_sampling_between_updates_samples_the_policy_itself(sft_tiny):
+    """Salvage-DS samples from a policy in training mode (production: LoRA with dropout, gradient checkpointing).
+    The sampler decodes in eval mode: a LoRA policy's greedy replies are the same as in eval mode (dropout off), one
+    new token a forward (transformers 5.17 dropped the KV cache of checkpointed layers in training mode), and the
+    model is left training."""
+    from rmsweb_kedro.agents.hf_policy import sample_replies
+    from rmsweb_kedro.modeling import LoraSettings, add_lora
+
+    model, processor, states, prompt = sft_tiny
+    torch.manual_seed(0)
+    policy = add_lora(copy.deepcopy(model), LoraSettings(r=8, dropout=0.5))
+    for name, weight in policy.named_parameters():
+        if "lora_B" in name:  # peft starts B at 0: give the adapter an effect for dropout to perturb
+            torch.nn.init.normal_(weight, std=0.5)
+    policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def greedy(training: bool) -> list[list[int]]:
+        policy.train(training)
+        groups = sample_replies(
+            policy, processor, states, prompt, 1, greedy=True, max_new_tokens=8, logprobs=False
+        )
+        assert policy.training == training
+        return [group[0].completion_ids for group in groups]
+
+    lengths: list[int] = []
+    hook = policy.get_input_embeddings().register_forward_hook(
+        lambda module, args, out: lengths.append(args[0].shape[1])
+    )
+    try:
+        in_training = [greedy(True) for _ in range(3)]
+    finally:
+        hook.remove()
+    assert in_training == [greedy(False)] * 3
+    steps = len(lengths) // 3
+    assert lengths[0] > 1 and lengths[1:steps] == [1] * (steps - 1), (
+        lengths
+    )  # the prompt once, then one token

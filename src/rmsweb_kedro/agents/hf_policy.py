@@ -72,16 +72,23 @@ def sample_replies(
         if greedy
         else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
     )
-    with torch.no_grad():
-        out = model.generate(
-            **inputs,
-            **sampling,
-            max_new_tokens=max_new_tokens,
-            num_return_sequences=n,
-            return_dict_in_generate=True,
-            output_logits=logprobs,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+    # In eval mode, as Salvage-DS samples between its updates: in training mode LoRA's dropout perturbs the policy,
+    # and some transformers versions (5.17) drop the KV cache of gradient-checkpointed layers.
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model.generate(
+                **inputs,
+                **sampling,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=n,
+                return_dict_in_generate=True,
+                output_logits=logprobs,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+    finally:
+        model.train(training)
     prompt_length = inputs["input_ids"].shape[1]
     completions = out.sequences[:, prompt_length:]
     chosen = None
