@@ -38,6 +38,42 @@ def test_loss_on_all_labels_every_real_token(processor, tiny_states):
     real = batch["attention_mask"].bool()
     assert (batch["labels"][real] == batch["input_ids"][real]).all()
     assert (batch["labels"][~real] == IGNORE_INDEX).all()
+    assert "label_weights" not in batch  # reply_weight 1: the plain token mean
+
+
+def test_reply_weight_weighs_exactly_the_reply_and_the_loss_is_the_weighted_mean(
+    processor, tiny_states, tiny_checkpoint
+):
+    """``loss_on="all"`` with ``reply_weight: 4``: weight 4 on the tokens the assistant mask marks, 1 on the other
+    real tokens, 0 on padding; the step's normaliser is the weights' sum, so the loss is the weighted token mean."""
+    import torch
+    import torch.nn.functional as F
+
+    from rmsweb_kedro.training.sft import sft_loss
+
+    states = [tiny_states[0], tiny_states[4]]
+    weighted = SFTCollator(processor, PromptConfig(), loss_on="all", reply_weight=4.0)(states)
+    reply = SFTCollator(processor, PromptConfig(), loss_on="assistant")(states)["labels"] != IGNORE_INDEX
+    real = weighted["attention_mask"].bool()
+    weights = weighted["label_weights"]
+    assert (
+        (weights[reply] == 4.0).all()
+        and (weights[real & ~reply] == 1.0).all()
+        and (weights[~real] == 0).all()
+    )
+    assert weighted["loss_tokens"]["label"] == float(weights[:, 1:].sum()) > real[:, 1:].sum()
+
+    from rmsweb_kedro.modeling import load_model
+
+    model = load_model({"path": str(tiny_checkpoint), "dtype": "float32"})[0].eval()
+    weighted["step_tokens"] = weighted["loss_tokens"]
+    with torch.no_grad():
+        loss, _ = sft_loss(model, weighted)
+        logits = model(input_ids=weighted["input_ids"], attention_mask=weighted["attention_mask"]).logits
+    labels = weighted["labels"][:, 1:].flatten()
+    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels, reduction="none", ignore_index=IGNORE_INDEX)
+    expected = (ce * weights[:, 1:].flatten()).sum() / weights[:, 1:].sum()
+    assert torch.isclose(loss, expected) and not torch.isclose(loss, ce[labels >= 0].mean())
 
 
 def test_prompt_shows_last_k_actions_and_cuts_the_tree(processor, tiny_states):
@@ -76,3 +112,12 @@ def test_screenshot_part_when_configured(tmp_path, tiny_states):
     parts = messages[1]["content"]
     assert parts[0] == {"type": "image", "image": str(tmp_path / "shots/0.png")}
     assert "Page:" not in parts[1]["text"]
+
+
+def test_reply_weight_without_observation_loss_is_an_error():
+    from rmsweb_kedro.training.sft import SFTConfig
+
+    loop = {"output_dir": "unused"}
+    assert SFTConfig(loop=loop, loss_on="all", reply_weight=4).reply_weight == 4
+    with pytest.raises(ValueError, match=r"reply_weight 4.0 .*\(loss_on='assistant'\)"):
+        SFTConfig(loop=loop, loss_on="assistant", reply_weight=4)

@@ -2,7 +2,7 @@
 
 Labels are the input ids on the assistant's tokens (its reply and the end-of-turn token) and -100 elsewhere
 (``loss_on="assistant"``), or on every non-padding token (``loss_on="all"``: the tiny default also learns from
-observation text, which helps it learn to copy). The assistant's tokens are found by rendering, not by
+observation text, which helps it learn to copy; ``reply_weight`` then weighs the reply's tokens against the rest). The assistant's tokens are found by rendering, not by
 ``{% generation %}`` markers (the released Qwen3-VL templates have none): :func:`assistant_char_spans`. Screenshots
 in the prompt go through the processor with the text, so the batch carries ``pixel_values``, ``image_grid_thw``
 and ``mm_token_type_ids`` and the loss is the policy's with the image. The loss follows the shared loop's
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths
 from rmsweb_kedro.training.loop import LoopConfig, LoopResult, train_loop
@@ -39,9 +39,21 @@ class SFTConfig(BaseModel):
     loop: LoopConfig
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     loss_on: Literal["assistant", "all"] = "assistant"
+    #: With ``loss_on="all"``: each reply token's weight in the loss, an observation token's being 1 (the loss is
+    #: the weighted token mean, so the reply's share of the gradient grows without changing what is learned from).
+    reply_weight: float = Field(1.0, gt=0)
     #: None: train in this process. A name: ``accelerate launch --config_file <accelerate_dir>/<name>.yaml``.
     launch: str | None = None
     accelerate_dir: str = "conf/base/accelerate"
+
+    @model_validator(mode="after")
+    def _weight_needs_all(self) -> SFTConfig:
+        if self.reply_weight != 1.0 and self.loss_on != "all":
+            raise ValueError(
+                f"reply_weight {self.reply_weight} weighs replies against observation tokens, which only "
+                f"loss_on='all' trains on (loss_on={self.loss_on!r}): set reply_weight: 1"
+            )
+        return self
 
 
 def assistant_char_spans(processor, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
@@ -98,10 +110,13 @@ class SFTCollator:
     """STATE rows -> a padded batch with ``labels`` (-100 where no loss is taken), the image inputs when the prompt
     shows screenshots, and ``loss_tokens`` (the loop's normalisation contract)."""
 
-    def __init__(self, processor, prompt: PromptConfig, loss_on: str = "assistant"):
+    def __init__(
+        self, processor, prompt: PromptConfig, loss_on: str = "assistant", reply_weight: float = 1.0
+    ):
         self.processor = processor
         self.prompt = prompt
         self.loss_on = loss_on
+        self.reply_weight = reply_weight
 
     def __call__(self, states: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
@@ -117,18 +132,22 @@ class SFTCollator:
         ]
         batch = dict(processor(text=texts, images=images or None, padding=True, return_tensors="pt"))
         labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
+        weighted = self.loss_on == "all" and self.reply_weight != 1.0
+        weights = torch.zeros(labels.shape)  # 0 on padding
         for row, (state, messages) in enumerate(zip(states, conversations, strict=True)):
             real = batch["attention_mask"][row].bool()
             ids = batch["input_ids"][row][real]
-            if self.loss_on == "assistant":
+            reply = None
+            if self.loss_on == "assistant" or weighted:
                 try:
-                    keep = torch.tensor(
+                    reply = torch.tensor(
                         assistant_token_mask(processor, messages, ids.tolist()), dtype=torch.bool
                     )
                 except ValueError as err:
                     raise ValueError(f"state {state.get('state_id')!r}: {err}") from None
-            else:
-                keep = torch.ones_like(ids, dtype=torch.bool)
+            keep = reply if self.loss_on == "assistant" else torch.ones_like(ids, dtype=torch.bool)
+            if weighted:
+                weights[row, real] = 1.0 + (self.reply_weight - 1.0) * reply.float()
             if not keep[1:].any():  # the first token is never predicted
                 raise ValueError(
                     f"state {state.get('state_id')!r}: no token to supervise (loss_on={self.loss_on!r}): its "
@@ -136,35 +155,44 @@ class SFTCollator:
                 )
             labels[row, real] = ids.masked_fill(~keep, IGNORE_INDEX)
         batch["labels"] = labels
-        batch["loss_tokens"] = {"label": int((labels[:, 1:] != IGNORE_INDEX).sum())}
+        if weighted:
+            batch["label_weights"] = weights
+            batch["loss_tokens"] = {"label": float(weights[:, 1:].sum())}
+        else:
+            batch["loss_tokens"] = {"label": int((labels[:, 1:] != IGNORE_INDEX).sum())}
         return batch
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
-    """The forward arguments of a batch: its tensors but the labels (ids, masks, and image inputs)."""
+    """The forward arguments of a batch: its tensors but the labels and their weights (ids, masks, image inputs)."""
     import torch
 
-    return {k: v for k, v in batch.items() if k != "labels" and isinstance(v, torch.Tensor)}
+    return {
+        k: v for k, v in batch.items() if k not in ("labels", "label_weights") and isinstance(v, torch.Tensor)
+    }
 
 
 def sft_loss(model, batch: dict[str, Any]):
-    """This micro-batch's share of the step's next-token cross-entropy: the sum over its labelled tokens divided
-    by the step's labelled tokens (``batch["step_tokens"]["label"]``, the loop's contract)."""
+    """This micro-batch's share of the step's next-token cross-entropy: the sum over its labelled tokens (each
+    times its ``label_weights`` entry where the batch has them) divided by the step's labelled tokens (their weights'
+    sum), ``batch["step_tokens"]["label"]``, the loop's contract."""
     import torch.nn.functional as F
 
     logits = model(**model_inputs(batch)).logits[:, :-1]
     labels = batch["labels"][:, 1:]
-    total = F.cross_entropy(
-        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    per_token = F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
     )
-    return total / batch["step_tokens"]["label"], {}
+    if "label_weights" in batch:
+        per_token = per_token * batch["label_weights"][:, 1:].flatten()
+    return per_token.sum() / batch["step_tokens"]["label"], {}
 
 
 def run_sft(
     model, processor, train_states: list[dict], val_states: list[dict], config: SFTConfig, eval_fn=None
 ) -> LoopResult:
     """Train ``model`` on ``train_states`` in this process (or in each process under ``accelerate launch``)."""
-    collate = SFTCollator(processor, config.prompt, config.loss_on)
+    collate = SFTCollator(processor, config.prompt, config.loss_on, config.reply_weight)
     return train_loop(
         model, train_states, collate, sft_loss, config.loop, eval_samples=val_states, eval_fn=eval_fn
     )
