@@ -49,6 +49,7 @@ def test_reply_weight_weighs_exactly_the_reply_and_the_loss_is_the_weighted_mean
     import torch
     import torch.nn.functional as F
 
+    from rmsweb_kedro.modeling import load_model
     from rmsweb_kedro.training.sft import sft_loss
 
     states = [tiny_states[0], tiny_states[4]]
@@ -62,8 +63,6 @@ def test_reply_weight_weighs_exactly_the_reply_and_the_loss_is_the_weighted_mean
         and (weights[~real] == 0).all()
     )
     assert weighted["loss_tokens"]["label"] == float(weights[:, 1:].sum()) > real[:, 1:].sum()
-
-    from rmsweb_kedro.modeling import load_model
 
     model = load_model({"path": str(tiny_checkpoint), "dtype": "float32"})[0].eval()
     weighted["step_tokens"] = weighted["loss_tokens"]

@@ -2,11 +2,12 @@
 
 Labels are the input ids on the assistant's tokens (its reply and the end-of-turn token) and -100 elsewhere
 (``loss_on="assistant"``), or on every non-padding token (``loss_on="all"``: the tiny default also learns from
-observation text, which helps it learn to copy; ``reply_weight`` then weighs the reply's tokens against the rest). The assistant's tokens are found by rendering, not by
-``{% generation %}`` markers (the released Qwen3-VL templates have none): :func:`assistant_char_spans`. Screenshots
-in the prompt go through the processor with the text, so the batch carries ``pixel_values``, ``image_grid_thw``
-and ``mm_token_type_ids`` and the loss is the policy's with the image. The loss follows the shared loop's
-normalisation contract (``training/loop.py``): a token mean over the whole optimizer step.
+observation text, which helps it learn to copy; ``reply_weight`` then weighs the reply's tokens against the rest).
+The assistant's tokens are found by rendering, not by ``{% generation %}`` markers (the released Qwen3-VL templates
+have none): :func:`assistant_char_spans`. Screenshots in the prompt go through the processor with the text, so the
+batch carries ``pixel_values``, ``image_grid_thw`` and ``mm_token_type_ids`` and the loss is the policy's with the
+image. The loss follows the shared loop's normalisation contract (``training/loop.py``): a token mean over the whole
+optimizer step.
 
 Entry point for several processes (the ``sft`` node starts it when ``launch`` is configured)::
 
@@ -133,7 +134,7 @@ class SFTCollator:
         batch = dict(processor(text=texts, images=images or None, padding=True, return_tensors="pt"))
         labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
         weighted = self.loss_on == "all" and self.reply_weight != 1.0
-        weights = torch.zeros(labels.shape)  # 0 on padding
+        weights = torch.zeros(labels.shape) if weighted else None  # 0 on padding
         for row, (state, messages) in enumerate(zip(states, conversations, strict=True)):
             real = batch["attention_mask"][row].bool()
             ids = batch["input_ids"][row][real]
@@ -147,7 +148,7 @@ class SFTCollator:
                     raise ValueError(f"state {state.get('state_id')!r}: {err}") from None
             keep = reply if self.loss_on == "assistant" else torch.ones_like(ids, dtype=torch.bool)
             if weighted:
-                weights[row, real] = 1.0 + (self.reply_weight - 1.0) * reply.float()
+                weights[row, real] = torch.where(reply, self.reply_weight, 1.0)
             if not keep[1:].any():  # the first token is never predicted
                 raise ValueError(
                     f"state {state.get('state_id')!r}: no token to supervise (loss_on={self.loss_on!r}): its "
