@@ -413,7 +413,8 @@ def paired_outcomes(
 
 
 def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
-    """Success per model by site, by level and by split (training sites vs held-out sites), with intervals."""
+    """Success per model by site group (training sites vs held-out sites), by sandbox split (val, test), by site and
+    by level, with intervals."""
     frame = episodes.with_columns(
         pl.when(pl.col("held_out"))
         .then(pl.lit("held-out site"))
@@ -423,7 +424,7 @@ def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
     rows = []
     for model in frame["model"].unique(maintain_order=True).to_list():
         mine = frame.filter(pl.col("model") == model)
-        for by in ("sites", "site", "level"):
+        for by in ("sites", "split", "site", "level"):
             for (group,), part in sorted(mine.group_by(by), key=lambda item: str(item[0][0])):
                 summary = success_summary(part, confidence)
                 rows.append(

@@ -464,7 +464,7 @@ def build_report(
         "## Online success in the sandbox",
         markdown_table(table.select([c for c in online_cols if c in table.columns])),
         online_caveat(comparison, claims, config.confidence),
-        "### By site group, site and level",
+        "### By site group, sandbox split, site and level",
         markdown_table(as_percent(breakdown, ["success_rate", "success_low", "success_high"])),
         "## The paper's claims and this run",
         f"Each figure with its {config.confidence:.0%} interval (`low`–`high`, same unit, over `n` pairs or tasks, "

@@ -77,15 +77,20 @@ def predictions(model: str, replies: list[tuple[str, str]]) -> pl.DataFrame:
 
 
 def episodes(
-    model: str, outcomes: list[tuple[bool | None, int, str]], held_out_from: int = 99, runs: int = 2
+    model: str,
+    outcomes: list[tuple[bool | None, int, str]],
+    held_out_from: int = 99,
+    runs: int = 2,
+    val_tasks: int = 0,
 ) -> pl.DataFrame:
-    """(success, steps, termination) per task, the same for every run."""
+    """(success, steps, termination) per task, the same for every run; the first ``val_tasks`` tasks of the
+    sandbox's val split, the others of test."""
     rows = []
     for run in range(runs):
         for i, (success, steps, termination) in enumerate(outcomes):
             rows.append(
                 {"model": model, "run": run, "task_id": f"t{i}", "site": "hotels" if i >= held_out_from else "shop",
-                 "level": "easy", "split": "test", "held_out": i >= held_out_from, "success": success,
+                 "level": "easy", "split": "val" if i < val_tasks else "test", "held_out": i >= held_out_from, "success": success,
                  "termination": termination, "n_steps": steps, "prompt_tokens": 100 * steps,
                  "completion_tokens": 10 * steps, "cost_usd": 0.0, "wall_s": 0.5 * steps, "judge": "sandbox-checker/v1",
                  "judge_reason": ""}
@@ -135,6 +140,14 @@ def test_comparison_table_per_model():
         "held-out site": 0.0,
         "training sites": 1.0,
     }
+
+
+def test_breakdown_reports_each_sandbox_split_apart():
+    # rmsweb solves its two val tasks and one of its two test tasks, each in both runs.
+    online = episodes("rmsweb", ONLINE["rmsweb"], val_tasks=2)
+    by_split = nodes.online_breakdown(online, PARAMS).filter(pl.col("by") == "split")
+    assert by_split.select("group", "episodes", "success_rate").rows() == [("test", 4, 0.5), ("val", 4, 1.0)]
+    assert all(by_split["success_low"] < by_split["success_high"])
 
 
 def collect_log(attempts: list[tuple[str, str, int, bool, int]]) -> pl.DataFrame:

@@ -36,7 +36,7 @@ def run_online(
 
 
 def online_breakdown(episodes: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
-    """``online_breakdown``: success per model by site group, site and level, with intervals."""
+    """``online_breakdown``: success per model by site group, sandbox split, site and level, with intervals."""
     config = EvaluateParams.model_validate(params)
     return evaluation.online_breakdown(episodes, config.confidence)
 
