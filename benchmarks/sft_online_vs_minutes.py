@@ -1,9 +1,9 @@
-"""SFT online success against training minutes: how long the policy must train before it finishes test tasks.
+"""SFT online success against training minutes: how long the policy must train before it finishes sandbox tasks.
 
 Trains the project's SFT (the same loop, data and parameters as ``kedro run --pipelines sft``) in segments that end
 at the given training minutes; after each, the policy is scored offline on the val states and online in the browser
-on the evaluation's sandbox test tasks (``params:evaluate``: every training-site test task and the held-out ones it
-names). Each segment resumes the previous one from its checkpoint (``loop.resume``), so the points lie on one
+on the evaluation's sandbox tasks (``params:evaluate``: every training-site task of its splits, val and test by
+default, and the held-out ones it names). Each segment resumes the previous one from its checkpoint (``loop.resume``), so the points lie on one
 training run whose learning-rate schedule spans ``--max-steps``. Offline and online scoring are the evaluate stage's
 own (``evaluation.predict_offline``/``offline_metrics``, ``evaluation.run_online``). Prints one row a point and writes
 a plot and a CSV.
@@ -110,7 +110,7 @@ def main() -> None:
     minutes = [r["minutes"] for r in rows]
     rate = [100 * r["successes"] / r["episodes"] for r in rows]
     axis.errorbar(
-        minutes, rate, fmt="o-", capsize=3, label=f"online success, {rows[0]['episodes']} test episodes (95 % Wilson)",
+        minutes, rate, fmt="o-", capsize=3, label=f"online success, {rows[0]['episodes']} episodes (95 % Wilson)",
         yerr=[[v - 100 * r["success_low"] for v, r in zip(rate, rows, strict=True)],
               [100 * r["success_high"] - v for v, r in zip(rate, rows, strict=True)]],
     )  # fmt: skip

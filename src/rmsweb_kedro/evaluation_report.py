@@ -114,7 +114,7 @@ def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: 
     pairs = won.filter(pl.col("model") == first).join(
         won.filter(pl.col("model") == second), on=["task_id", "run"], suffix="_b"
     )
-    what = f"steps on the test tasks both {first} and {second} solved online, % fewer for {first}"
+    what = f"steps on the sandbox tasks both {first} and {second} solved online, % fewer for {first}"
     if pairs.is_empty():
         return Measure(None, f"{what}: not measured (no task solved by both)", n=0)
     ours, theirs = pairs["n_steps"].to_list(), pairs["n_steps_b"].to_list()
