@@ -110,10 +110,13 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
     experiment = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="experiment")["parameters"]
     default = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="local")["parameters"]
     ablations = experiment["ablations"]
-    assert experiment["collect"]["max_tasks"] == 180 and ablations["budget"]["collect"]["max_tasks"] == 60
+    assert experiment["collect"]["max_tasks"] == 480 and ablations["budget"]["collect"]["max_tasks"] == 100
     for mode in COLLECTION_MODES:
         variant = ablations[f"collect_{mode}"]
-        assert variant["collect"]["max_tasks"] == 60 and variant["collect"]["modes"] == [mode]
+        assert variant["collect"]["max_tasks"] == 100 and variant["collect"]["modes"] == [mode]
+        # the experiment's val share reaches the students; their probe pool stays empty (not mined)
+        assert variant["sft_data"]["val_fraction"] == experiment["sft_data"]["val_fraction"] == 0.1
+        assert variant["sft_data"]["probe_fraction"] == 0.0
         # each collection's student trains as long as the default run's SFT
         assert (
             variant["sft"]["training"]["loop"]["max_steps"] == default["sft"]["training"]["loop"]["max_steps"]
@@ -122,7 +125,10 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
         variant = ablations[f"rl_{mode}"]["salvage_ds"]
         assert variant["loop"]["max_steps"] == experiment["salvage_ds"]["loop"]["max_steps"] == 144
         assert variant["algorithm"]["sampled_action_budget"] == 2304 and variant["algorithm"]["mode"] == mode
-    assert ablations["evaluate"]["online"]["max_tasks"] is None  # every test task, as the recipe's models
+    # of the larger world's 241 val and test tasks on the training sites: 95 a variant, 150 for the recipe's models
+    assert ablations["evaluate"]["online"]["max_tasks"] == 95
+    assert experiment["evaluate"]["online"]["max_tasks"] == 150
+    assert experiment["sandbox"]["instances_per_template"] == 60
     production = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="production")["parameters"]
     for mode in COLLECTION_MODES:  # the served teacher, not base's scripted one
         assert production["ablations"][f"collect_{mode}"]["collect"]["teacher"]["kind"] == "openai"

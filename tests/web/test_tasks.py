@@ -41,11 +41,13 @@ def test_generation_is_deterministic_and_round_trips_the_table(sandbox_task_list
     assert tasks_from_frame(frame) == sandbox_task_list
 
 
-def test_default_splits_hold_out_a_site_and_unseen_combinations(sandbox_task_list: list[Task]) -> None:
-    by_split = {s: [t for t in sandbox_task_list if t.split == s] for s in ("train", "val", "test")}
+@pytest.mark.parametrize("instances", [24, 60])  # the default world; the experiment's (conf/experiment/)
+def test_splits_hold_out_a_site_and_unseen_combinations(instances: int) -> None:
+    tasks = generate_tasks(SandboxParams(instances_per_template=instances))
+    by_split = {s: [t for t in tasks if t.split == s] for s in ("train", "val", "test")}
     assert all(by_split.values())
-    assert {t.site for t in sandbox_task_list if t.site == "hotels"} and all(
-        t.split == "test" for t in sandbox_task_list if t.site == "hotels"
+    assert {t.site for t in tasks if t.site == "hotels"} and all(
+        t.split == "test" for t in tasks if t.site == "hotels"
     )
     assert "hotels" not in {t.site for t in by_split["train"] + by_split["val"]}
     train_combos = {
