@@ -4,9 +4,9 @@ Trains the project's SFT (the same loop, data and parameters as ``kedro run --pi
 at the given training minutes; after each, the policy is scored offline on the val states and online in the browser
 on the evaluation's sandbox tasks (``params:evaluate``: every training-site task of its splits, val and test by
 default, and the held-out ones it names). Each segment resumes the previous one from its checkpoint
-(``loop.resume``), so the points lie on one training run whose learning-rate schedule spans ``--max-steps``. Offline and online scoring are the evaluate stage's
-own (``evaluation.predict_offline``/``offline_metrics``, ``evaluation.run_online``). Prints one row a point and writes
-a plot and a CSV.
+(``loop.resume``), so the points lie on one training run whose learning-rate schedule spans ``--max-steps``. Offline
+and online scoring are the evaluate stage's own (``evaluation.predict_offline``/``offline_metrics``,
+``evaluation.run_online``). Prints one row a point and writes a plot and a CSV.
 
     kedro run --pipelines sandbox,collect,trajectories,sft_data,sft   # the data and the base model
     .venv/bin/python benchmarks/sft_online_vs_minutes.py --minutes 4 8 12 16 --max-steps 3200
