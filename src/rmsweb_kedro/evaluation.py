@@ -293,9 +293,10 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
     """Where a failed episode first left its task's reference solution (sandbox tasks carry one): the step, the
     action taken, the reference action there (resolved on the page the episode saw, its declared equivalents
     accepted: ``mining.is_right``), the failure mode (``mining.classify_failure``) and, for a wrong string
-    argument, where the string came from (:func:`argument_origin`). Until that step the episode did what the
-    reference does, so step i of one is step i of the other. All null for a success, an environment failure, a
-    task without a reference, or an episode that never left it."""
+    argument, where the string came from (:func:`argument_origin`). A longer way a reference step offers
+    (``longer_route``, ``unnecessary_filter``: docs/sandbox.md) is followed as that step: it reaches the same page,
+    so the step after it is where the episode may leave the reference. All null for a success, an environment
+    failure, a task without a reference, or an episode that never left it."""
     from rmsweb_kedro.actions import format_action
     from rmsweb_kedro.augmentation import COPIED_ARGUMENT_TYPES
     from rmsweb_kedro.mining import FailureMode, classify_failure, is_right
@@ -303,21 +304,32 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
     from rmsweb_kedro.web.browser import parse_axtree
     from rmsweb_kedro.web.sandbox.reference import TargetNotFound, resolve_equivalents, resolve_step
 
+    def resolved(reference: dict[str, Any], page: Observation) -> list[Any]:
+        try:
+            return [resolve_step(reference, page), *resolve_equivalents(reference, page)]
+        except TargetNotFound:
+            return []
+
     found = dict.fromkeys(
         ("diverged_at", "divergence_action", "divergence_reference", "divergence_mode", "divergence_argument")
     )
     plan = task.reference_solution or []
     if trajectory.success is not False or trajectory.termination == "env_error" or not plan:
         return found
-    for step in trajectory.steps[: len(plan)]:
+    position, pending = 0, []  # pending: the rest of the longer way the policy took for plan[position]
+    for step in trajectory.steps:
+        if position == len(plan):
+            break
         axtree = step.axtree or ""
         page = Observation(url=step.url, axtree=axtree, elements=parse_axtree(axtree))
-        try:
-            references = [resolve_step(plan[step.index], page), *resolve_equivalents(plan[step.index], page)]
-        except TargetNotFound:
-            references = []
-        if references and is_right(step.action, references):
+        way = pending or [plan[position]]
+        routes = [way] if pending else [way, (plan[position].get("longer") or {}).get("steps") or []]
+        taken = next((r for r in routes if r and is_right(step.action, resolved(r[0], page))), None)
+        if taken is not None:
+            pending = taken[1:]
+            position += not pending
             continue
+        references = resolved(way[0], page)
         found.update(
             diverged_at=step.index,
             divergence_action=format_action(step.action) if step.action else "<invalid>",

@@ -105,3 +105,35 @@ def test_episodes_record_where_they_first_left_the_reference(sandbox_tasks, sand
         origin = "first_word_only" if " " in expected else "elsewhere"
         assert row["divergence_argument"] == origin, row
     assert typed >= 1, episodes.select("task_id", "success")  # a failure to look at
+
+
+def test_a_longer_way_is_followed_to_the_step_that_leaves_the_reference(sandbox_tasks, sandbox_task_list):
+    """A teacher that takes every longer way the reference offers (typing, then clicking Search; an unnecessary
+    filter first) and then works from a wrong item it opened: the episode leaves the reference at that wrong item,
+    not at the longer way, which reaches the same page as the step it stands for."""
+    teacher = ScriptedTeacher(
+        seed=0,
+        imperfections=TeacherImperfections(
+            mistake_probs={"longer_route": 1.0, "unnecessary_filter": 1.0, "pick_item": 1.0},
+            self_correct_prob=0.0,
+        ),
+    )
+    wrong_pick = {}
+    for template in ("dine_opening", "job_salary"):
+        for task in (t for t in sandbox_task_list if t.split == "test" and f"-{template}-" in t.id):
+            mistakes = [step.get("mistake") for step in teacher.plan(task, [])]
+            if "pick_item" in mistakes and {"longer_route", "unnecessary_filter"} & set(
+                mistakes[: mistakes.index("pick_item")]
+            ):
+                wrong_pick[task.id] = mistakes.index("pick_item")
+                break
+    assert len(wrong_pick) == 2, wrong_pick
+    episodes = nodes.run_online(
+        sandbox_tasks.filter(pl.col("id").is_in(list(wrong_pick))), teacher, PARAMS, model_name="teacher"
+    )
+    assert episodes.height == 2 and not episodes["success"].any()
+    for row in episodes.iter_rows(named=True):
+        assert row["diverged_at"] == wrong_pick[row["task_id"]], row
+        assert row["divergence_mode"] == "wrong_element" and row["divergence_action"].startswith("click("), (
+            row
+        )
