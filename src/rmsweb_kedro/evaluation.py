@@ -323,13 +323,15 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
         axtree = step.axtree or ""
         page = Observation(url=step.url, axtree=axtree, elements=parse_axtree(axtree))
         way = pending or [plan[position]]
-        routes = [way] if pending else [way, (plan[position].get("longer") or {}).get("steps") or []]
-        taken = next((r for r in routes if r and is_right(step.action, resolved(r[0], page))), None)
+        references = resolved(way[0], page)
+        longer = [] if pending else (plan[position].get("longer") or {}).get("steps") or []
+        taken = way if is_right(step.action, references) else None
+        if taken is None and longer and is_right(step.action, resolved(longer[0], page)):
+            taken = longer
         if taken is not None:
             pending = taken[1:]
             position += not pending
             continue
-        references = resolved(way[0], page)
         found.update(
             diverged_at=step.index,
             divergence_action=format_action(step.action) if step.action else "<invalid>",
