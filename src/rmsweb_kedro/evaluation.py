@@ -144,7 +144,8 @@ def predict_offline(
     scoring = ScoringConfig(max_new_tokens=config.policy.max_new_tokens, batch_size=config.policy.batch_size)
     scored = score_states(drawn.to_dicts(), load_policy(model, config, model_name=model_name), scoring)
     logger.info("offline %s: %d states scored", model_name, scored.height)
-    meta = drawn.select("task_id", "site", "reference_action")
+    kinds = [step_kind(*row) for row in drawn.select("reference_action", "axtree", "instruction").iter_rows()]
+    meta = drawn.select("task_id", "site", "reference_action", pl.Series("step_kind", kinds, dtype=pl.String))
     return (
         pl.concat([scored, meta], how="horizontal")
         .with_columns(pl.lit(model_name).alias("model"))
@@ -159,10 +160,48 @@ OFFLINE_PREDICTION_SCHEMA = pl.Schema(
         "task_id": pl.String,
         "site": pl.String,
         "reference_action": pl.String,
+        "step_kind": pl.String,  # what the state asks for (step_kind)
         "reply": pl.String,
         **STEP_SCHEMA,
     }
 )
+
+
+def step_kind(reference_action: str, axtree: str, instruction: str) -> str:
+    """What a held-out state asks for: the reference action's type and, for an action on an element, the
+    element's role (``click button``, ``type textbox``, ``select_option combobox``); a link the task names is
+    ``click link the task names``: picking the restaurant, job or product the task asks for out of a list, where
+    the policy must match a name rather than follow the page."""
+    from rmsweb_kedro.actions import parse_action
+    from rmsweb_kedro.web.browser import parse_axtree
+
+    action = parse_action(reference_action)
+    element = next((e for e in parse_axtree(axtree) if e.id == action.element), None)
+    if element is None:
+        return action.type.value
+    if element.role == "link" and element.name and element.name in instruction:
+        return f"{action.type.value} link the task names"
+    return f"{action.type.value} {element.role}"
+
+
+def step_kind_rates(predictions: pl.DataFrame, confidence: float) -> pl.DataFrame:
+    """Offline step success per model and :func:`step_kind`, with its Wilson interval (states: how many of the
+    held-out states ask for it), the kinds in order of how many states ask for them: where step accuracy is lost."""
+    order = {model: i for i, model in enumerate(predictions["model"].unique(maintain_order=True))}
+    counted = (
+        predictions.group_by("model", "step_kind")
+        .agg(pl.len().alias("states"), pl.col("step_success").sum().alias("successes"))
+        .sort(pl.col("model").replace_strict(order), "states", "step_kind", descending=[False, True, False])
+    )
+    bounds = [wilson_interval(k, n, confidence) for k, n in counted.select("successes", "states").iter_rows()]
+    return counted.select(
+        "model",
+        "step_kind",
+        "states",
+        (pl.col("successes") / pl.col("states")).alias("step_success_rate"),
+        pl.Series("success_low", [low for low, _ in bounds], dtype=pl.Float64),
+        pl.Series("success_high", [high for _, high in bounds], dtype=pl.Float64),
+    )
 
 
 def offline_metrics(predictions: pl.DataFrame) -> pl.DataFrame:

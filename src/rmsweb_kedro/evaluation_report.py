@@ -426,6 +426,7 @@ def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: fl
 def build_report(
     comparison: pl.DataFrame,
     breakdown: pl.DataFrame,
+    kinds: pl.DataFrame,
     claims: pl.DataFrame,
     collection: pl.DataFrame,
     steps: pl.DataFrame,
@@ -461,6 +462,11 @@ def build_report(
         "per million prompt / completion tokens.",
         "## Offline step metrics (held-out states)",
         markdown_table(table.select([c for c in offline_cols if c in table.columns])),
+        "### Step success by kind of state",
+        "What each held-out state asks for (`evaluation.step_kind`: the reference action's type and its element's "
+        "role; `link the task names`: an item to pick out of a list by the name the task gives), with Wilson's "
+        f"{config.confidence:.0%} interval.",
+        markdown_table(as_percent(kinds, ["step_success_rate", "success_low", "success_high"])),
         "## Online success in the sandbox",
         markdown_table(table.select([c for c in online_cols if c in table.columns])),
         online_caveat(comparison, claims, config.confidence),

@@ -142,6 +142,42 @@ def test_comparison_table_per_model():
     }
 
 
+def test_step_success_by_kind_of_state():
+    from tests.fixtures_model import make_states
+
+    # The synthetic shop states: type the item, pick it out of a list of four by its name, add it to the cart.
+    states = make_states(n_tasks=6)
+    kinds = [evaluation.step_kind(s["reference_action"], s["axtree"], s["instruction"]) for s in states]
+    assert kinds == ["type textbox", "click link the task names", "click button"] * 6
+    # A link the task does not name (the cart), a wait and an answer, which target no element.
+    page = states[1]["axtree"]
+    assert evaluation.step_kind("click(3)", page, states[1]["instruction"]) == "click link"
+    assert evaluation.step_kind("wait(1)", page, "x") == "wait"
+    assert evaluation.step_kind('answer("12:00")', page, "x") == "answer"
+
+    def scored(model: str, right: set[int]) -> pl.DataFrame:
+        rows = [
+            {"model": model, "state_id": s["state_id"], "task_id": s["task_id"], "site": "shop",
+             "reference_action": s["reference_action"], "step_kind": kind,
+             **score_step(s["reference_action"], s["reference_action"] if i in right else "click(99)").row()}
+            for i, (s, kind) in enumerate(zip(states, kinds, strict=True))
+        ]  # fmt: skip
+        return pl.DataFrame(rows, schema=evaluation.OFFLINE_PREDICTION_SCHEMA)
+
+    # sft gets every typing and button step right and 2 of the 6 picks; base only the first typing step.
+    sft = scored("sft", {i for i in range(18) if i % 3 != 1} | {1, 4})
+    table = nodes.offline_by_step_kind(pl.concat([scored("base", {0}), sft]), PARAMS)
+    assert table["model"].to_list() == ["base"] * 3 + ["sft"] * 3  # in the order the models were evaluated
+    rows = {(r["model"], r["step_kind"]): r for r in table.iter_rows(named=True)}
+    assert rows["sft", "click link the task names"]["step_success_rate"] == pytest.approx(2 / 6)
+    assert rows["sft", "type textbox"]["step_success_rate"] == 1.0
+    assert rows["base", "type textbox"]["step_success_rate"] == pytest.approx(1 / 6)
+    assert rows["base", "click button"]["step_success_rate"] == 0.0
+    low, high = reporting.wilson_interval(2, 6, 0.95)
+    pick = rows["sft", "click link the task names"]
+    assert (pick["states"], pick["success_low"], pick["success_high"]) == (6, low, high)
+
+
 def test_breakdown_reports_each_sandbox_split_apart():
     # rmsweb solves its two val tasks and one of its two test tasks, each in both runs.
     online = episodes("rmsweb", ONLINE["rmsweb"], val_tasks=2)
@@ -338,7 +374,8 @@ def test_report_says_which_paired_differences_are_resolved():
     comparison = nodes.compare_models(evaluation.offline_metrics(none), online, PARAMS)
     claims = nodes.claims_table(online, NO_PREDICTIONS, collect_log(ATTEMPTS), PARAMS)
     markdown = nodes.build_report(
-        comparison, nodes.online_breakdown(online, PARAMS), claims, report.collection_table({}),
+        comparison, nodes.online_breakdown(online, PARAMS), nodes.offline_by_step_kind(none, PARAMS), claims,
+        report.collection_table({}),
         reporting.reflection_steps(collect_log(ATTEMPTS)), report.failure_modes(none, online), PARAMS,
     )  # fmt: skip
     assert "| claim | paper | this_run | low | high | n | interval | resolved | p_value |" in markdown
@@ -499,11 +536,12 @@ def test_report_from_empty_evaluations():
     for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),
                    report.plot_failure_modes(modes), report.plot_training_curves(None, [])):  # fmt: skip
         assert figure.axes
+    kinds = nodes.offline_by_step_kind(predictions, PARAMS)
     markdown = nodes.build_report(
-        comparison, nodes.online_breakdown(online, PARAMS), claims, collection, steps, modes, PARAMS
+        comparison, nodes.online_breakdown(online, PARAMS), kinds, claims, collection, steps, modes, PARAMS
     )
     assert (
-        markdown.count("_(empty)_") == 6
+        markdown.count("_(empty)_") == 7
         and "No online episode was judged" in markdown
         and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown
     )

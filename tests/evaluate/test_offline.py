@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rmsweb_kedro.evaluation import OFFLINE_PREDICTION_SCHEMA, offline_metrics
+from rmsweb_kedro.evaluation import OFFLINE_PREDICTION_SCHEMA, offline_metrics, step_kind
 from rmsweb_kedro.pipelines.evaluate import nodes
 from rmsweb_kedro.schema import STATE_SCHEMA
 from rmsweb_kedro.scoring import score_step
@@ -21,6 +21,10 @@ def test_every_chosen_state_is_replied_to_and_scored(tiny_checkpoint, tiny_state
     assert predictions.schema == OFFLINE_PREDICTION_SCHEMA
     assert predictions.height == 3 and set(predictions["model"]) == {"base"}
     assert set(predictions["state_id"]) <= set(states["state_id"])
+    drawn = states.join(predictions.select("state_id", "step_kind"), on="state_id")
+    assert drawn["step_kind"].to_list() == [
+        step_kind(s["reference_action"], s["axtree"], s["instruction"]) for s in drawn.iter_rows(named=True)
+    ]
     # Replies are the model's own text, scored as scoring.score_step scores them.
     for row in predictions.iter_rows(named=True):
         assert row | score_step(row["reference_action"], row["reply"]).row() == row

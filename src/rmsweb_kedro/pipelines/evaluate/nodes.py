@@ -35,6 +35,12 @@ def run_online(
     return evaluation.run_online(sandbox_tasks, model, config, model_name, rollouts)
 
 
+def offline_by_step_kind(predictions: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+    """``offline_by_step_kind``: offline step success per model and kind of held-out state, with intervals."""
+    config = EvaluateParams.model_validate(params)
+    return evaluation.step_kind_rates(predictions, config.confidence)
+
+
 def online_breakdown(episodes: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
     """``online_breakdown``: success per model by site group, sandbox split, site and level, with intervals."""
     config = EvaluateParams.model_validate(params)
@@ -60,6 +66,7 @@ def claims_table(
 def build_report(
     comparison: pl.DataFrame,
     breakdown: pl.DataFrame,
+    kinds: pl.DataFrame,
     claims: pl.DataFrame,
     collection: pl.DataFrame,
     steps: pl.DataFrame,
@@ -72,5 +79,5 @@ def build_report(
     section when the ablations pipeline re-renders it."""
     config = EvaluateParams.model_validate(params)
     return evaluation_report.build_report(
-        comparison, breakdown, claims, collection, steps, modes, config, manifest, ablations
+        comparison, breakdown, kinds, claims, collection, steps, modes, config, manifest, ablations
     )

@@ -15,7 +15,7 @@ MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
 def model_evaluation(models: dict[str, str]) -> Pipeline:
     """Offline step metrics and online success of each model (label -> checkpoint dataset) on ``sft_states_val``
     and ``sandbox_tasks``: ``offline_predictions``, ``online_episodes``, ``offline_metrics``,
-    ``online_breakdown`` and ``model_comparison`` (one row per label, in this order)."""
+    ``offline_by_step_kind``, ``online_breakdown`` and ``model_comparison`` (one row per label, in this order)."""
     per_model = []
     for label, dataset in models.items():
         per_model += [
@@ -59,6 +59,12 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
                 name="offline_metrics",
             ),
             Node(
+                nodes.offline_by_step_kind,
+                inputs=["offline_predictions", "params:evaluate"],
+                outputs="offline_by_step_kind",
+                name="offline_by_step_kind",
+            ),
+            Node(
                 nodes.online_breakdown,
                 inputs=["online_episodes", "params:evaluate"],
                 outputs="online_breakdown",
@@ -95,6 +101,7 @@ def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
                 inputs={
                     "comparison": "model_comparison",
                     "breakdown": "online_breakdown",
+                    "kinds": "offline_by_step_kind",
                     "claims": "claims_vs_run",
                     "collection": "evaluation_collection_table",
                     "steps": "reflection_steps",
