@@ -110,7 +110,7 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
     experiment = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="experiment")["parameters"]
     default = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="local")["parameters"]
     ablations = experiment["ablations"]
-    assert experiment["collect"]["max_tasks"] == 480 and ablations["budget"]["collect"]["max_tasks"] == 100
+    assert experiment["collect"]["max_tasks"] == 1200 and ablations["budget"]["collect"]["max_tasks"] == 100
     for mode in COLLECTION_MODES:
         variant = ablations[f"collect_{mode}"]
         assert variant["collect"]["max_tasks"] == 100 and variant["collect"]["modes"] == [mode]
@@ -125,10 +125,10 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
         variant = ablations[f"rl_{mode}"]["salvage_ds"]
         assert variant["loop"]["max_steps"] == experiment["salvage_ds"]["loop"]["max_steps"] == 144
         assert variant["algorithm"]["sampled_action_budget"] == 2304 and variant["algorithm"]["mode"] == mode
-    # of the larger world's 241 val and test tasks on the training sites: 95 a variant, 150 for the recipe's models
+    # of the larger world's 532 val and test tasks on the training sites: 95 a variant, 150 for the recipe's models
     assert ablations["evaluate"]["online"]["max_tasks"] == 95
     assert experiment["evaluate"]["online"]["max_tasks"] == 150
-    assert experiment["sandbox"]["instances_per_template"] == 60
+    assert experiment["sandbox"]["instances_per_template"] == 160
     production = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="production")["parameters"]
     for mode in COLLECTION_MODES:  # the served teacher, not base's scripted one
         assert production["ablations"][f"collect_{mode}"]["collect"]["teacher"]["kind"] == "openai"
