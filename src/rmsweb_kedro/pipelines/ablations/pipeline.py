@@ -133,9 +133,17 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
     the_report = pipeline(
         reused.report_nodes({"ablations": "ablations.report_section"}),
         namespace="ablations",
-        inputs={name: name for name in ("model_comparison", "online_breakdown", "offline_by_step_kind", "evaluation_collection_table",
-                                        "evaluation_failure_modes", "run_manifest", "online_episodes",
-                                        "offline_predictions")} | {"reflection_steps": "ablations.reflection_steps", "collection_log": "ablations.collection_log", "ablations.report_section": "ablations.report_section"},
+        inputs={
+            name: name
+            for name in (
+                "model_comparison", "online_breakdown", "offline_by_step_kind", "evaluation_collection_table",
+                "evaluation_failure_modes", "run_manifest", "online_episodes", "offline_predictions",
+            )
+        } | {
+            "reflection_steps": "ablations.reflection_steps",
+            "collection_log": "ablations.collection_log",
+            "ablations.report_section": "ablations.report_section",
+        },
         parameters={"evaluate"},
     )  # fmt: skip
     # the report's claims node over the variants' episodes, with the ablations' own claims (ablations.claims)
