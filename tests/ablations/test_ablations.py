@@ -18,6 +18,7 @@ from rmsweb_kedro import evaluation_report as report
 from rmsweb_kedro import reporting
 from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams
 from rmsweb_kedro.pipeline_registry import register_pipelines
+from rmsweb_kedro.pipelines.ablations.nodes import collection_pool
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.schema import COLLECTION_LOG_SCHEMA, STATE_SCHEMA, tasks_to_frame
@@ -104,11 +105,25 @@ def test_reflection_steps_are_paired_on_tasks_both_modes_solved():
     )
 
 
+def test_the_collection_pool_holds_the_tasks_the_sft_model_never_saw(sandbox_task_list, tiny_states):
+    """The students fine-tune the SFT model, so their tasks are those none of whose states trained it (its probe
+    pool, tasks it did not collect) and none the evaluation scores offline."""
+    tasks = tasks_to_frame(sandbox_task_list)
+    ids = tasks["id"].to_list()
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA).head(2)
+
+    def of(*task_ids: str) -> pl.DataFrame:
+        return pl.concat([states.with_columns(task_id=pl.lit(t)) for t in task_ids])
+
+    # ids[3:] have no state in either: a probe-pool task, one never collected
+    pool = collection_pool(tasks, sft_states_train=of(ids[0], ids[1]), sft_states_val=of(ids[2]))
+    assert pool["id"].to_list() == ids[3:]
+
+
 def test_an_environment_reaches_every_variant_built_from_what_it_changes():
     """``--env experiment`` / ``--env production`` change stages and the budget in their own folders; the variants'
     ``${merge:${collect}, ...}`` live in base and still see the change (the project's loader resolves once)."""
     experiment = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="experiment")["parameters"]
-    default = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="local")["parameters"]
     ablations = experiment["ablations"]
     assert experiment["collect"]["max_tasks"] == 1200 and ablations["budget"]["collect"]["max_tasks"] == 100
     for mode in COLLECTION_MODES:
@@ -117,9 +132,11 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
         # the experiment's val share reaches the students; their probe pool stays empty (not mined)
         assert variant["sft_data"]["val_fraction"] == experiment["sft_data"]["val_fraction"] == 0.1
         assert variant["sft_data"]["probe_fraction"] == 0.0
-        # each collection's student trains as long as the default run's SFT
-        assert (
-            variant["sft"]["training"]["loop"]["max_steps"] == default["sft"]["training"]["loop"]["max_steps"]
+        # each collection's student continues the SFT model where its schedule ended (the loop's 10 % floor)
+        loop = variant["sft"]["training"]["loop"]
+        assert loop["max_steps"] == 300
+        assert loop["learning_rate"] == pytest.approx(
+            experiment["sft"]["training"]["loop"]["learning_rate"] * 0.1
         )
     for mode in SALVAGE_MODES:
         variant = ablations[f"rl_{mode}"]["salvage_ds"]
@@ -148,9 +165,10 @@ def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default
             "sft.train_sft",
         ):
             assert f"ablations.collect_{mode}.{stage_node}" in names
-        assert (
-            f"ablations.collect_{mode}.sft.build_base_model" not in names
-        )  # every corpus starts from base_model
+        # every corpus fine-tunes the default run's SFT model, not a base model of its own
+        assert f"ablations.collect_{mode}.sft.build_base_model" not in names
+        (train_sft,) = [n for n in ablations.nodes if n.name == f"ablations.collect_{mode}.sft.train_sft"]
+        assert "sft_model" in train_sft.inputs and "base_model" not in train_sft.inputs
     for variant in [f"rl_{m}" for m in SALVAGE_MODES] + [FULL_CORPUS]:
         assert f"ablations.{variant}.salvage_ds.train_salvage_ds" in names
     assert f"ablations.{FULL_CORPUS}.mining.select_critical_states" in names
@@ -162,7 +180,7 @@ def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default
     outside = {i for i in ablations.inputs() if not i.startswith("params:")}
     # run_manifest and endpoint_credentials: filled by the tracking hook (hooks.py) for every run.
     hooked = {"run_manifest", "endpoint_credentials"}
-    assert outside <= set(pipelines["__default__"].all_outputs()) | {"collection_tasks"} | hooked
+    assert outside <= set(pipelines["__default__"].all_outputs()) | hooked
 
 
 def test_the_probe_pool_is_namespaced_in_the_collection_variants_and_empty_there():

@@ -11,11 +11,14 @@ import polars as pl
 from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
 
 
-def collection_pool(collection_tasks: pl.DataFrame, sft_states_val: pl.DataFrame) -> pl.DataFrame:
-    """The tasks the default run collected on, minus those whose states the evaluation holds out
-    (``sft_states_val``), so no variant trains on a task it is scored on."""
-    held_out = sft_states_val["task_id"].unique().to_list()
-    return collection_tasks.filter(~pl.col("id").is_in(held_out))
+def collection_pool(
+    sandbox_tasks: pl.DataFrame, sft_states_train: pl.DataFrame, sft_states_val: pl.DataFrame
+) -> pl.DataFrame:
+    """The sandbox tasks the default run's SFT model never trained on (none of its states in
+    ``sft_states_train``) nor is scored on (``sft_states_val``): the collection variants fine-tune that model, so
+    a corpus on its own training tasks would mostly repeat what it learnt (the reflection corpus exactly)."""
+    seen = pl.concat([sft_states_train["task_id"], sft_states_val["task_id"]]).unique().to_list()
+    return sandbox_tasks.filter(~pl.col("id").is_in(seen))
 
 
 #: One row of facts per variant, joined to the evaluation's comparison by ``variant``.

@@ -57,8 +57,9 @@ def _reuse(
 
 
 def _without_base(stage: Pipeline) -> Pipeline:
-    """The sft stage without building a base model: every corpus fine-tunes the default run's ``base_model``,
-    so the variants differ by their data only."""
+    """The sft stage without building a base model: every corpus fine-tunes the default run's ``sft_model``
+    (wired in :func:`_collection_variant`), so the variants differ by their data only, and start from a policy
+    that solves tasks, whose steps on them can be compared."""
     return stage - stage.only_nodes_with_outputs("base_model")
 
 
@@ -69,7 +70,7 @@ def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
         chain,
         variant,
         ("collect", "trajectories", "sft_data", "sft"),
-        replaced={"sandbox_tasks": "ablations.collection_pool"},
+        replaced={"sandbox_tasks": "ablations.collection_pool", "base_model": "sft_model"},
     )
     describe = Node(
         bind(nodes.describe_collection_variant, variant=variant, mode=mode),
@@ -168,7 +169,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
             [
                 Node(
                     nodes.collection_pool,
-                    inputs=["collection_tasks", "sft_states_val"],
+                    inputs=["sandbox_tasks", "sft_states_train", "sft_states_val"],
                     outputs="ablations.collection_pool",
                     name="collection_pool",
                     namespace="ablations",
