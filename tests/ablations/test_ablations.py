@@ -379,8 +379,8 @@ def test_the_report_section_states_the_budget_it_is_given():
     )
     assert section.startswith("## Ablations")
     assert (
-        "collection on 40 tasks per mode, SFT 120 steps per corpus, Salvage-DS 24 steps per variant"
-        in section
+        "collection on 40 tasks per mode, SFT 120 steps per corpus (each fine-tuning the recipe's SFT model), "
+        "Salvage-DS 24 steps per variant" in section
     )
     assert "(online evaluation off in this run)" in section and "| rl_grpo |" in section
     assert "| (c) salvage_ds beats grpo | 2 |" in section
