@@ -126,6 +126,9 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
     experiment = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="experiment")["parameters"]
     ablations = experiment["ablations"]
     assert experiment["collect"]["max_tasks"] == 1200 and ablations["budget"]["collect"]["max_tasks"] == 100
+    # no screenshots are collected where the policy's prompt shows none
+    assert not experiment["collect"]["keep_screenshots"]
+    assert "screenshot" not in experiment["sft"]["training"]["prompt"]["observation"]
     for mode in COLLECTION_MODES:
         variant = ablations[f"collect_{mode}"]
         assert variant["collect"]["max_tasks"] == 100 and variant["collect"]["modes"] == [mode]

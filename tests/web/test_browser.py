@@ -255,6 +255,31 @@ def test_killed_browser_is_restarted_and_the_episode_goes_on(
     assert check(task, sandbox_server.session_state(browser_env.session_id), browser_env.final_answer).success
 
 
+def test_each_episode_starts_a_clean_session_in_the_same_context(
+    browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task]
+) -> None:
+    """reset() empties the live context instead of starting one (what a new context costs: docs/sandbox.md), and
+    the next episode sees nothing of the last: no consent or session cookie, no server-side cart, no storage, no
+    history."""
+    task = task_of(sandbox_task_list, "shop_cart")
+    observation = browser_env.reset(task)
+    for step in task.reference_solution:
+        observation = browser_env.step(resolve_step(step, observation))
+    first_session = browser_env.session_id
+    assert sandbox_server.session_state(first_session)["cart"]  # the first episode filled its cart
+    page = browser_env._page  # storage a site could have written: the agent has no action that writes it
+    page.evaluate("localStorage.setItem('seen', '1'); sessionStorage.setItem('seen', '1')")
+    context = browser_env._context
+
+    again = browser_env.reset(task)
+    assert browser_env._context is context and browser_env._page is not page
+    assert 'button "Accept cookies"' in again.axtree  # the consent cookie is gone
+    assert browser_env.session_id is None or browser_env.session_id != first_session
+    assert not sandbox_server.session_state(browser_env.session_id)["cart"]
+    assert browser_env._page.evaluate("[localStorage.length, sessionStorage.length]") == [0, 0]
+    assert browser_env.step(parse_action("go_back()")).error == "there is no previous page"
+
+
 def test_parallel_envs_keep_separate_carts(
     sandbox_server: SandboxServer, sandbox_task_list: list[Task], browser_config
 ) -> None:
