@@ -211,7 +211,7 @@ class BrowserEnv:
     def _fresh_session(self) -> None:
         """A clean session for an episode: the live context emptied (a new page, the others closed, cookies and the
         storage and cache of every origin it reached cleared), or a new context when none is alive. A new context
-        starts a renderer and its services: 40 % of a sandbox collection's time (docs/sandbox.md)."""
+        starts a renderer and its services: over a third of a sandbox collection's time (docs/sandbox.md)."""
         if self._context is None or self._browser is None or not self._browser.is_connected():
             self._new_context()
             return
