@@ -203,10 +203,7 @@ class BrowserEnv:
         self._context.add_init_script(_script("navigation_mark"))
         if self._cookies:
             self._context.add_cookies(self._cookies)
-        self._crashed_pages, self._origins = set(), set()
-        self._page = self._context.new_page()
-        self._watch(self._page)
-        self._known_pages = {id(self._page)}
+        self._adopt(self._context.new_page())
 
     def _fresh_session(self) -> None:
         """A clean session for an episode: the live context emptied (a new page, the others closed, cookies and the
@@ -230,8 +227,11 @@ class BrowserEnv:
             logger.debug("emptying the context failed (%s); starting a new one", _first_line(err))
             self._new_context()
             return
-        self._origins = set()
-        self._crashed_pages = set()
+        self._adopt(page)
+
+    def _adopt(self, page: Any) -> None:
+        """``page``, the only one of a new or emptied context, becomes the episode's page."""
+        self._crashed_pages, self._origins = set(), set()
         self._page = page
         self._watch(page)
         self._known_pages = {id(page)}
@@ -273,8 +273,10 @@ class BrowserEnv:
         url = route.request.url
         if self.allowed(url):
             parts = urlsplit(url)
-            if parts.scheme in ("http", "https"):
-                self._origins.add(f"{parts.scheme}://{parts.netloc}")
+            if parts.scheme in ("http", "https") and parts.hostname:  # the origin: no user info
+                self._origins.add(
+                    f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
+                )
             route.continue_()
         else:
             self._blocked.append(url)
