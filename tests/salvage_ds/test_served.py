@@ -24,7 +24,7 @@ from rmsweb_kedro.training.salvage_ds import (
     token_logprobs,
     train_salvage_ds,
 )
-from tests.salvage_ds.conftest import fine_tune, loop_config, make_states
+from tests.salvage_ds.conftest import loop_config, lora_tiny
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,27 +61,7 @@ def server_config(**changes) -> ServerConfig:
 
 @pytest.fixture(scope="module")
 def policy():
-    """(LoRA model, processor, states, prompt config): the tiny Qwen3-VL fine-tuned on toy states (it gets some
-    right), then a fresh rank-8 LoRA adapter (dropout 0) on top."""
-    from rmsweb_kedro.modeling import LoraSettings, add_lora, build_tiny_model
-    from rmsweb_kedro.prompts import PromptConfig, reference_reply
-
-    states = make_states(8)
-    prompt = PromptConfig(include_thought=False, history_k=0)
-    corpus = [reference_reply(s, prompt) for s in states] + [s["axtree"] + s["instruction"] for s in states]
-    size = {
-        "vocab_size": 300,
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "head_dim": 32,
-        "intermediate_size": 128,
-    }
-    vision = {"vision_hidden_size": 32, "vision_depth": 1, "vision_intermediate_size": 64}
-    model, processor = build_tiny_model(corpus, size | vision)
-    torch.manual_seed(0)
-    fine_tune(model, prepare_states(states, processor, prompt), processor.tokenizer.pad_token_id, steps=30)
-    model = add_lora(model, LoraSettings(r=8, alpha=16, dropout=0.0))
-    return model, processor, states, prompt
+    return lora_tiny()
 
 
 PARAMS = SalvageDSParams(mode="salvage_ds", group_size=4, max_new_tokens=16, temperature=1.0)
