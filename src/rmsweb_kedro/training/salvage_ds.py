@@ -394,7 +394,7 @@ def action_token_mask(offsets: list[tuple[int, int]], reply: str) -> list[int]:
 
 # ================================================================ training on the shared loop
 # Only what differs from SFT: a "sample" is a prepared state. The loop's rollout samples G replies per state with
-# the current policy (the one sampler, agents.hf_policy.sample_replies), scores and gates the groups and freezes
+# the current policy (a GroupSampler: hf in this process, or served by vLLM), scores and gates the groups and freezes
 # pi_old; its loss_fn then takes mu = updates_per_batch gradient steps on L with those samples.
 
 
