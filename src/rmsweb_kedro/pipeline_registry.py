@@ -20,9 +20,9 @@ from rmsweb_kedro.pipelines import (
     live,
     mining,
     salvage_ds,
-    sandbox,
     sft,
     sft_data,
+    tasks,
     trajectories,
 )
 from rmsweb_kedro.pipelines.ablations import Reused
@@ -30,7 +30,7 @@ from rmsweb_kedro.pipelines.evaluate.pipeline import model_evaluation, report_no
 
 #: The recipe's stages in order.
 RECIPE = {
-    "sandbox": sandbox,
+    "tasks": tasks,
     "collect": collect,
     "trajectories": trajectories,
     "sft_data": sft_data,

@@ -524,8 +524,9 @@ def run_rollouts(
     """Run every item's episodes on ``browsers`` browsers; returns, per item, its trajectories in attempt order
     (journaled ones included, so a resumed run returns what a fresh one would).
 
-    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the tasks are sandbox tasks, served
-    with this world seed. ``progress``: the bar's label (None: no bar). Raises :class:`RolloutError` after the
+    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the world seed sandbox tasks are
+    served with (the server starts only when a sandbox task is among the episodes to run). ``progress``: the
+    bar's label (None: no bar). Raises :class:`RolloutError` after the
     run when an episode's code raised (the other episodes finished and were journaled)."""
     from tqdm.auto import tqdm
 
@@ -560,6 +561,8 @@ def run_rollouts(
     failures: list[tuple[EpisodeSpec, BaseException]] = []
     if waiting:
         n = max(1, min(browsers, len(waiting)))
+        if not any(spec.task.source == "sandbox" for _, spec, _ in waiting):
+            sandbox_seed = None  # no sandbox task left to run: no sandbox server
         pool: Any = (
             _RayPool(n, roles, browser, settings, sandbox_seed, config)
             if config.backend == "ray"

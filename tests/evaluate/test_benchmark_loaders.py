@@ -8,7 +8,7 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from rmsweb_kedro.benchmarks_data.loaders import (
+from rmsweb_kedro.tasks.benchmarks.loaders import (
     DEFAULT_WEBTAILBENCH_START_URL,
     BenchmarkFileError,
     load_folder,

@@ -1,4 +1,4 @@
-"""The Online-Mind2Web submission folder against its contract (``benchmarks_data/submission.py``, written down from
+"""The Online-Mind2Web submission folder against its contract (``tasks/benchmarks/submission.py``, written down from
 the benchmark's README, example folder and reader): only Online-Mind2Web tasks, factual actions only, the start page
 and the page after every action with the final state, no copies, keys and types in the reader's order; v1 and v2."""
 
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.benchmarks_data.submission import (
+from rmsweb_kedro.tasks.benchmarks.submission import (
     END_ACTION,
     V2_SCHEMA_VERSION,
     read_submission,
