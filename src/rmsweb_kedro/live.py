@@ -18,9 +18,9 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema, write_submission
 from rmsweb_kedro.rollouts import CriticalPoints, EpisodeSettings, EpisodeSpec, Journal, Roles, run_rollouts
 from rmsweb_kedro.schema import Step, Task, Trajectory, Usage, Verdict
+from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema, write_submission
 
 logger = logging.getLogger(__name__)
 

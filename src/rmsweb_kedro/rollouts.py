@@ -106,6 +106,15 @@ class CriticalPoints(BaseModel):
         alternatives = "|".join(re.escape(w.lower()).replace(r"\ ", r"\s+") for w in words)
         return re.compile(rf"\b(?:{alternatives})\b")
 
+    def in_text(self, text: str) -> str | None:
+        """Why a task text asks for a critical step (the task proposer drops such tasks), or None."""
+        lowered = text.lower()
+        if match := self._pattern(self.personal_data_words).search(lowered):
+            return f'asks for personal data ("{match.group(0)}")'
+        if match := self._pattern(self.commit_words).search(lowered):
+            return f'asks for an irreversible step ("{match.group(0)}")'
+        return None
+
     def __call__(self, action: Action, observation: Observation) -> str | None:
         """Why ``action`` on this page is a critical point, or None."""
         if not self.enabled:

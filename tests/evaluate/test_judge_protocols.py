@@ -33,8 +33,8 @@ from rmsweb_kedro.agents.openai_roles import (
     parse_key_points,
     parse_status,
 )
-from rmsweb_kedro.tasks.benchmarks.download import PROMPT_FILES, PromptFile
 from rmsweb_kedro.schema import Step, Task
+from rmsweb_kedro.tasks.benchmarks.download import PROMPT_FILES, PromptFile
 
 TASK = Task(
     id="t1", source="online_mind2web", site="shop", start_url="http://shop.sandbox.test/",

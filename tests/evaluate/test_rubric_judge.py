@@ -17,8 +17,8 @@ from rmsweb_kedro.agents.rubric_judge import (
     parse_rubric_reply,
     score_rubric,
 )
-from rmsweb_kedro.tasks.benchmarks.loaders import load_webtailbench
 from rmsweb_kedro.schema import Step
+from rmsweb_kedro.tasks.benchmarks.loaders import load_webtailbench
 from tests.evaluate.conftest import FIXTURES
 
 RUBRIC = [

@@ -10,13 +10,13 @@ import pytest
 from PIL import Image
 
 from rmsweb_kedro.actions import parse_action
+from rmsweb_kedro.schema import Step, Task, Trajectory
 from rmsweb_kedro.tasks.benchmarks.submission import (
     END_ACTION,
     V2_SCHEMA_VERSION,
     read_submission,
     write_submission,
 )
-from rmsweb_kedro.schema import Step, Task, Trajectory
 
 TASK = Task(
     id="fb7b4f784cfde003e2548fdf4e8d6b4f", source="online_mind2web", site="discogs",

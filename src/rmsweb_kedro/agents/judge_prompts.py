@@ -20,8 +20,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmsweb_kedro.tasks.benchmarks.download import PROMPT_FILES, PromptFile
 from rmsweb_kedro.schema import PromptSource
+from rmsweb_kedro.tasks.benchmarks.download import PROMPT_FILES, PromptFile
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.endpoint import Credentials, EndpointConfig
-from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema
 from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy, success_summary
 from rmsweb_kedro.live import JudgeByKind, protocol_label, run_live
 from rmsweb_kedro.reporting import with_counts
 from rmsweb_kedro.rollouts import CriticalPoints, Journal, Roles, fingerprint
 from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame, trajectory_row
+from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema
 
 logger = logging.getLogger(__name__)
 

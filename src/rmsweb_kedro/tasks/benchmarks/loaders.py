@@ -38,14 +38,14 @@ class BenchmarkFileError(ValueError):
     """A benchmark file that cannot be read at all; the message names the file (and the line when known)."""
 
 
-def _http_url(value: str) -> str:
+def http_url(value: str) -> str:
     parsed = urlparse(value)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"not an http(s) URL: {value!r}")
     return value
 
 
-HttpUrlText = Annotated[str, AfterValidator(_http_url)]
+HttpUrlText = Annotated[str, AfterValidator(http_url)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
@@ -129,7 +129,7 @@ class WebTailBenchRow(_Row):
     @field_validator("web")
     @classmethod
     def _web_empty_or_url(cls, value: str) -> str:
-        return _http_url(value) if value else value
+        return http_url(value) if value else value
 
 
 # ---------------------------------------------------------------- results
@@ -425,9 +425,7 @@ def load_online_mind2web(path: Path | str) -> LoadResult:
             metadata={"benchmark": "Online-Mind2Web", "file": path.name},
         )
 
-    return load_rows(
-        path, json_array_records(read_text(path), path), OnlineMind2WebRow, to_task, "task_id"
-    )
+    return load_rows(path, json_array_records(read_text(path), path), OnlineMind2WebRow, to_task, "task_id")
 
 
 # ---------------------------------------------------------------- WebTailBench
@@ -440,7 +438,7 @@ def load_webtailbench(path: Path | str, start_url: str = DEFAULT_WEBTAILBENCH_ST
     rows without a start URL start from ``start_url``.
     """
     path = Path(path)
-    _http_url(start_url)
+    http_url(start_url)
 
     def to_task(row: WebTailBenchRow) -> Task:
         items = [item.model_dump(exclude_none=True) for item in row.precomputed_rubric.items]
