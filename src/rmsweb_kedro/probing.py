@@ -16,7 +16,7 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.agents.factory import PolicySpec
+from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
 from rmsweb_kedro.mining import MINED_COLUMNS, divergence_states, with_origin
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.schema import STATE_SCHEMA, Task, trajectory_row
@@ -57,6 +57,9 @@ class OnlineParams(BaseModel):
     #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
     #: like corpus states: their ``screenshot`` is the path from the prompt's ``image_root`` to the file
     screenshot_root: str = "data/07_model_output/mining/online_screenshots"
+    #: the judge of tasks without a programmatic checker (agents.judges: sandbox tasks keep the sandbox checker
+    #: unless this names an LLM judge); an LLM judge needs its endpoint (the API key from ``api_key_env``)
+    judge: JudgeSpecConfig = Field(default_factory=JudgeSpecConfig)
 
 
 class MiningParams(BaseModel):
@@ -192,7 +195,7 @@ def probe_online(
     ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
     action, probed like an offline state (its screenshot kept under ``online.screenshot_root``) and carrying its
     task's ``in_sft``. Returns the probed states and the rollouts' counts."""
-    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.agents.judges import judge_factory
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
 
     origins = task_origins(references)
@@ -225,7 +228,7 @@ def probe_online(
         trajectory
         for (trajectory,) in run_rollouts(
             episodes,
-            Roles(agent=lambda _seed: policy, judge=lambda server: SandboxJudge(server.session_state)),
+            Roles(agent=lambda _seed: policy, judge=judge_factory(config.online.judge)),
             rollouts,
             browsers=config.online.envs,
             browser={"headless": config.online.headless},

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge, Reflector
-from rmsweb_kedro.schema import CollectionMode, Observation, Task, Trajectory
+from rmsweb_kedro.schema import ENV_TERMINATIONS, CollectionMode, Observation, Task, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,9 @@ class RolloutConfig(BaseModel):
     #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``); on Ray an
     #: actor still busy ``HANG_GRACE_S`` past it is killed and the episode retried as an environment error.
     episode_time_limit_s: float | None = Field(default=None, gt=0)
+    #: Open web: tries of an episode restarted after the site refused the browser (a captcha or anti-bot page,
+    #: HTTP 403/429, a login wall) before it ends ``blocked``, an environment outcome counted apart.
+    block_retries: int = Field(default=1, ge=0)
 
 
 # ---------------------------------------------------------------- critical points
@@ -219,6 +222,7 @@ class EpisodeSettings:
     max_unparsed: int = 3
     time_limit_s: float | None = None
     critical: CriticalPoints | None = None
+    block_retries: int | None = None  # None: params:rollouts' block_retries
 
 
 # ---------------------------------------------------------------- the journal
@@ -331,6 +335,7 @@ class EpisodeWorker:
             metadata=spec.metadata,
             time_limit_s=self.settings.time_limit_s,
             critical=self.settings.critical,
+            block_retries=1 if self.settings.block_retries is None else self.settings.block_retries,
         )
         trajectory.metadata["wall_s"] = time.perf_counter() - started
         if spec.reflect and trajectory.success is False and self.reflector is not None:
@@ -543,6 +548,8 @@ def run_rollouts(
     settings = settings or EpisodeSettings()
     if config.episode_time_limit_s is not None and settings.time_limit_s is None:
         settings = dataclasses.replace(settings, time_limit_s=config.episode_time_limit_s)
+    if settings.block_retries is None:
+        settings = dataclasses.replace(settings, block_retries=config.block_retries)
     chains = [item if isinstance(item, Attempts) else Attempts.of(item) for item in items]
     done = journal.load() if journal is not None else {}
     results: list[list[Trajectory]] = [[] for _ in chains]
@@ -639,6 +646,6 @@ def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
 
 
 def _outcome(trajectory: Trajectory) -> str:
-    if trajectory.termination in ("env_error", "critical_point"):
+    if trajectory.termination in (*ENV_TERMINATIONS, "critical_point"):
         return trajectory.termination
     return "success" if trajectory.success else "failure"

@@ -208,6 +208,15 @@ class EndpointJudge:
     def _details(self, **extra: Any) -> dict:
         return {"protocol": self.protocol, "model": self.endpoint.config.model, **extra}
 
+    def unavailable(
+        self, error: str, usage: Usage, reason: str | None = None, **extra: Any
+    ) -> tuple[Verdict, Usage]:
+        """The verdict of a judge that could not judge (its endpoint still failed after its retries): marked
+        ``details["judge_error"]``, so an episode records ``termination="judge_error"``, never the agent's failure
+        (``agents.judges``)."""
+        details = self._details(error=error, judge_error=True, **extra)
+        return self.verdict(False, reason or error, details), usage
+
 
 class WebVoyagerJudge(EndpointJudge):
     """WebVoyager's auto-evaluation (``evaluation/auto_eval.py``): an attempt without a final answer scores 0 and
@@ -258,7 +267,7 @@ class WebVoyagerJudge(EndpointJudge):
                 self.messages(task, final_answer, shots), max_tokens=self.max_tokens
             )
         except EndpointError as err:
-            return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), Usage()
+            return self.unavailable(f"judge endpoint error: {err}", Usage())
         text = completion.text
         details = self._details(raw_output=text, screenshots=[Path(p).name for p in shots])
         if "NOT SUCCESS" in text:
@@ -372,7 +381,7 @@ class WebJudge(EndpointJudge):
             outcome, used = self._ask(p["outcome_system"], [text_part(shown), *images])
             usage += used
         except EndpointError as err:
-            return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), usage
+            return self.unavailable(f"judge endpoint error: {err}", usage)
         details = self._details(
             key_points=key_points,
             scores=scored,
