@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -539,7 +540,7 @@ def run_rollouts(
     (journaled ones included, so a resumed run returns what a fresh one would).
 
     ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the world seed sandbox tasks are
-    served with (the server starts only when a sandbox task is among the episodes to run). ``progress``: the
+    served with (the server starts only when an episode to run needs it: :func:`_needs_sandbox`). ``progress``: the
     bar's label (None: no bar). Raises :class:`RolloutError` after the
     run when an episode's code raised (the other episodes finished and were journaled)."""
     from tqdm.auto import tqdm
@@ -577,8 +578,8 @@ def run_rollouts(
     failures: list[tuple[EpisodeSpec, BaseException]] = []
     if waiting:
         n = max(1, min(browsers, len(waiting)))
-        if not any(spec.task.source == "sandbox" for _, spec, _ in waiting):
-            sandbox_seed = None  # no sandbox task left to run: no sandbox server
+        if not any(_needs_sandbox(spec.task) for _, spec, _ in waiting):
+            sandbox_seed = None  # no task left that the sandbox serves: no sandbox server
         pool: Any = (
             _RayPool(n, roles, browser, settings, sandbox_seed, config)
             if config.backend == "ray"
@@ -627,6 +628,15 @@ def run_rollouts(
             f"{type(error).__name__}: {error}"
         ) from error
     return results
+
+
+def _needs_sandbox(task: Task) -> bool:
+    """A sandbox task, or a task whose start page is on the sandbox's hosts (its sites reached by URL as unknown
+    websites: no checker, an LLM judge): only the sandbox server answers there."""
+    from rmsweb_kedro.web.sandbox.server import DOMAIN
+
+    host = (urlsplit(task.start_url).hostname or "").lower()
+    return task.source == "sandbox" or host == DOMAIN or host.endswith("." + DOMAIN)
 
 
 def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:

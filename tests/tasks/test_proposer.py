@@ -7,8 +7,6 @@ there), and the tasks stage reading the kept tasks back."""
 import json
 import os
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
@@ -23,11 +21,6 @@ from tests.fixtures_web import chromium_available
 pytestmark = pytest.mark.browser
 
 SHARED = Path(os.environ.get("RMSWEB_BENCHMARKS", "/work/shared/benchmarks"))
-
-LOGIN_PAGE = b"""<!doctype html><html><head><title>Sign in</title></head><body><h1>Members only</h1>
-<form><label>Email <input type="email" name="email"></label>
-<label>Password <input type="password" name="password" aria-label="Password"></label>
-<button type="submit">Sign in</button></form></body></html>"""
 
 #: What the scripted proposer answers for each site (the site is read from the URL in the prompt).
 REPLIES = {
@@ -86,24 +79,6 @@ def scripted_proposer(body: dict) -> str:
     prompt = next(p["text"] for p in body["messages"][0]["content"] if p["type"] == "text")
     site = re.search(r"URL: http://(\w+)\.sandbox\.test", prompt).group(1)
     return "Here are the tasks:\n```json\n" + json.dumps({"tasks": REPLIES[site]}) + "\n```"
-
-
-@pytest.fixture
-def login_site():
-    class Login(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(LOGIN_PAGE)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Login)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/login"
-    server.shutdown()
 
 
 def test_the_proposer_filters_and_counts_each_kind(tmp_path, sandbox_server, login_site):

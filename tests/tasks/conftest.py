@@ -1,0 +1,29 @@
+"""Fixtures of the tasks area: a local page that is not the sandbox (a login wall)."""
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+LOGIN_PAGE = b"""<!doctype html><html><head><title>Sign in</title></head><body><h1>Members only</h1>
+<form><label>Email <input type="email" name="email"></label>
+<label>Password <input type="password" name="password" aria-label="Password"></label>
+<button type="submit">Sign in</button></form></body></html>"""
+
+
+@pytest.fixture
+def login_site():
+    class Login(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(LOGIN_PAGE)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Login)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/login"
+    server.shutdown()
