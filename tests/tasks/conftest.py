@@ -1,9 +1,11 @@
-"""Fixtures of the tasks area: a local page that is not the sandbox (a login wall)."""
+"""Fixtures of the tasks area: a local page that is not the sandbox (a login wall); the full benchmark files."""
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.evaluate.conftest import shared_benchmarks  # noqa: F401 (the full benchmark files, or a skip)
 
 LOGIN_PAGE = b"""<!doctype html><html><head><title>Sign in</title></head><body><h1>Members only</h1>
 <form><label>Email <input type="email" name="email"></label>

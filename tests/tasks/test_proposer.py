@@ -5,7 +5,6 @@ decontamination against benchmark rows in their published formats (plus the real
 there), and the tasks stage reading the kept tasks back."""
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -13,14 +12,23 @@ import polars as pl
 import pytest
 
 from rmsweb_kedro.schema import tasks_from_frame
-from rmsweb_kedro.tasks.proposer import ProposerParams, normalise, parse_reply, propose, read_sites, to_jsonl
-from rmsweb_kedro.tasks.sources import TasksParams, assemble
+from rmsweb_kedro.tasks.proposer import (
+    DecontaminationParams,
+    ProposerParams,
+    benchmark_intents,
+    contaminated_by,
+    normalise,
+    parse_reply,
+    propose,
+    read_sites,
+    to_jsonl,
+)
+from rmsweb_kedro.tasks.sources import BENCHMARK_NAMES, TasksParams, assemble
 from tests.collect.local_openai_server import LocalChatServer
 from tests.fixtures_web import chromium_available
 
 pytestmark = pytest.mark.browser
 
-SHARED = Path(os.environ.get("RMSWEB_BENCHMARKS", "/work/shared/benchmarks"))
 
 #: What the scripted proposer answers for each site (the site is read from the URL in the prompt).
 REPLIES = {
@@ -86,8 +94,6 @@ def test_the_proposer_filters_and_counts_each_kind(tmp_path, sandbox_server, log
         pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
     folders = [tmp_path / "benchmarks"]
     write_benchmark_rows(folders[0])
-    if SHARED.is_dir():  # the real files too: none of them is about the sandbox sites
-        folders.append(SHARED)
     sites = tmp_path / "sites.txt"
     sites.write_text(
         "# three sandbox sites as unknown websites, and a login wall\nhttp://shop.sandbox.test/\n\n"
@@ -122,8 +128,7 @@ def test_the_proposer_filters_and_counts_each_kind(tmp_path, sandbox_server, log
     assert ("contaminated", "matches evaluation task online_mind2web:om-1") in reasons
     assert ("contaminated", "matches evaluation task webtailbench:flights_1") in reasons
     assert any(f == "unsafe" and "credit card" in r for f, r in reasons)
-    if SHARED.is_dir():
-        assert report["benchmark_tasks_compared"] > 3
+    assert report["benchmark_tasks_compared"] == 3
     assert [t.instruction for t in kept][:2] == [
         REPLIES["shop"][0]["instruction"],
         REPLIES["shop"][1]["instruction"],
@@ -139,6 +144,19 @@ def test_the_proposer_filters_and_counts_each_kind(tmp_path, sandbox_server, log
     back = tasks_from_frame(tasks)
     assert [t.id for t in back] == [t.id for t in kept] and quarantine.height == 0
     assert all(t.split in ("train", "val", "test") for t in back)
+
+
+def test_decontamination_against_the_real_benchmark_files(shared_benchmarks):
+    intents = benchmark_intents(DecontaminationParams(folders=[str(shared_benchmarks)]))
+    assert len(intents) > 1000 and {i[2].split(":")[0] for i in intents} == set(BENCHMARK_NAMES)
+    # a WebVoyager task reworded on its own site is caught; on another site, or a sandbox task, it is not
+    reworded = "find a recipe for vegetarian lasagna that has at least a four star rating and uses zucchini"
+    assert (
+        contaminated_by(reworded, "https://www.allrecipes.com/", intents, 0.6) == "webvoyager:Allrecipes--1"
+    )
+    assert contaminated_by(reworded, "https://www.example-recipes.org/", intents, 0.6) is None
+    sandbox = "What is the price of the cheapest item in the Kitchen category?"
+    assert contaminated_by(sandbox, "http://shop.sandbox.test/", intents, 0.6) is None
 
 
 def test_reply_parsing_and_text_normalisation():

@@ -167,6 +167,17 @@ def benchmark_intents(params: DecontaminationParams) -> list[tuple[str | None, f
     return intents
 
 
+def contaminated_by(
+    text: str, url: str, intents: list[tuple[str | None, frozenset[str], str]], threshold: float
+) -> str | None:
+    """The evaluation task (``benchmark:id``) whose site and intent a task on ``url`` matches, or None."""
+    content, site = words(text), host(url)
+    for other_site, intent, task_id in intents:
+        if (other_site is None or other_site == site) and similarity(content, intent) >= threshold:
+            return task_id
+    return None
+
+
 def _task(item: dict[str, Any], url: str, model: str, digest: str) -> Task:
     answer = item.get("answer")
     rubric = [str(c) for c in item.get("rubric") or [] if str(c).strip()]
@@ -233,11 +244,8 @@ def propose(
                     "duplicate",
                     f"near-duplicate of a kept task (similarity {similarity(content, other):.2f})",
                 )
-        for site, intent, task_id in benchmark:
-            if (site is None or site == host(url)) and similarity(content, intent) >= (
-                params.decontamination.intent_similarity
-            ):
-                return "contaminated", f"matches evaluation task {task_id}"
+        if task_id := contaminated_by(text, url, benchmark, params.decontamination.intent_similarity):
+            return "contaminated", f"matches evaluation task {task_id}"
         return "kept", ""
 
     env = BrowserEnv(BrowserConfig.model_validate(params.browser))
