@@ -111,6 +111,14 @@ def test_custom_csv_columns_and_lines(tmp_path):
     assert result.tasks[0].judge.kind == "webjudge"  # an empty answer cell is no answer
     (bad,) = result.quarantine
     assert (bad["line"], bad["field"], bad["record_id"]) == (3, "level", "008")
+    # without an id column, a task's id is its text's: the same row twice is a duplicate, an edited row a new task
+    path.write_text(
+        "goal,url\nFind a hotel,https://h.example/\nFind a hotel,https://h.example/\nFind a flat,https://h.example/\n"
+    )
+    unnamed = load_task_file({"path": str(path), "columns": {"instruction": "goal", "start_url": "url"}})
+    assert unnamed.counts() == {"rows_in": 3, "accepted": 2, "quarantined": 1}
+    assert [t.id[:5] for t in unnamed.tasks] == ["mine-", "mine-"] and len({t.id for t in unnamed.tasks}) == 2
+    assert "duplicate id" in unnamed.quarantine[0]["reason"]
 
 
 def test_a_custom_shape_without_columns_says_how_to_fix():

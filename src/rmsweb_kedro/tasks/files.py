@@ -18,6 +18,7 @@ quarantined (:class:`~rmsweb_kedro.tasks.benchmarks.loaders.LoadResult`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -48,7 +49,9 @@ Record = tuple[int, str, Any, str | None]
 
 class ColumnMapping(BaseModel):
     """Which column of the file holds each task field (dotted paths reach into nested objects). ``id`` null: the
-    file's stem and line (``<stem>-<line>``); ``site`` null: the start URL's host without ``www.``."""
+    file's stem and a hash of the task's text and start URL (``<stem>-<hash>``: an edited task is a new task, so a
+    collection journal never reuses another task's attempts under its id); ``site`` null: the start URL's host
+    without ``www.``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -220,7 +223,8 @@ def _mapped(records: Iterator[Record], mapping: ColumnMapping, stem: str) -> Ite
             if column is not None and _get(record, column) is not None
         }
         if mapping.id is None:
-            row["id"] = f"{stem}-{line}"
+            text = f"{row.get('instruction')}\n{row.get('start_url')}"
+            row["id"] = f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
         elif row.get("id") is not None:
             row["id"] = str(row["id"])
         yield line, raw, row, None
