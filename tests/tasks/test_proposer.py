@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rmsweb_kedro.schema import tasks_from_frame
+from rmsweb_kedro.schema import Observation, tasks_from_frame
 from rmsweb_kedro.tasks.proposer import (
     DecontaminationParams,
     ProposerParams,
@@ -22,6 +22,7 @@ from rmsweb_kedro.tasks.proposer import (
     propose,
     read_sites,
     to_jsonl,
+    why_infeasible,
 )
 from rmsweb_kedro.tasks.sources import BENCHMARK_NAMES, TasksParams, assemble
 from tests.collect.local_openai_server import LocalChatServer
@@ -157,6 +158,14 @@ def test_decontamination_against_the_real_benchmark_files(shared_benchmarks):
     assert contaminated_by(reworded, "https://www.example-recipes.org/", intents, 0.6) is None
     sandbox = "What is the price of the cheapest item in the Kitchen category?"
     assert contaminated_by(sandbox, "http://shop.sandbox.test/", intents, 0.6) is None
+
+
+def test_a_page_not_seen_or_empty_is_infeasible():
+    # what BrowserEnv.reset returns for a start page that would not load twice (tests/web: env_error), or a blank one
+    unreachable = Observation(url="http://127.0.0.1:9/", error="could not open it: net::ERR_CONNECTION_REFUSED",
+                              env_error=True)  # fmt: skip
+    assert why_infeasible(unreachable).startswith("page not seen: could not open")
+    assert why_infeasible(Observation(url="http://a.example/")) == "page not seen: empty page"
 
 
 def test_reply_parsing_and_text_normalisation():
