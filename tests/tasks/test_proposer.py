@@ -119,7 +119,7 @@ def test_the_proposer_filters_and_counts_each_kind(tmp_path, sandbox_server, log
         requests = list(server.requests)
     assert {key: report[key] for key in EXPECTED} == EXPECTED
     assert report["sites"] == 4 and report["sites_infeasible"] == 1
-    assert report["per_site"][login_site]["site_problem"].startswith("login wall")
+    assert report["per_site"][login_site]["site_problem"] == "blocked: login_wall"
     assert len(requests) == 3, "the login wall's site is never sent to the model"
     assert all(any(p["type"] == "image_url" for p in r["messages"][0]["content"]) for r in requests)
     shop_prompt = next(p["text"] for p in requests[0]["messages"][0]["content"] if p["type"] == "text")

@@ -32,11 +32,11 @@ def run(task: Task) -> tuple[list, bool | None]:
     return servers, trajectory.success
 
 
-def test_no_sandbox_server_for_tasks_elsewhere_and_one_for_its_hosts(login_site):
+def test_no_sandbox_server_for_tasks_elsewhere_and_one_for_its_hosts(local_site):
     if not chromium_available():
         pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
     judge = JudgeSpec(kind="reference_answer", config={"reference_answer": "42"})
-    elsewhere = Task(id="file-1", source="file", site="127.0.0.1", start_url=login_site, instruction="the answer",
+    elsewhere = Task(id="file-1", source="file", site="127.0.0.1", start_url=local_site, instruction="the answer",
                      judge=judge)  # fmt: skip
     servers, success = run(elsewhere)
     assert servers == [None] and success is True

@@ -8,8 +8,8 @@ proposed = kept + sum(dropped) (:func:`propose` checks it):
 
 1. ``malformed``: the reply item has no task text;
 2. ``infeasible``: the proposer marked it so (``feasible: false``), or its site could not be seen (no page, an
-   environment error, an empty page) or shows a login wall (a password field on the start page); such a site's
-   model call is skipped and the site is counted in ``sites_infeasible``;
+   environment error, an empty page) or refuses the browser (``Observation.blocked``: captcha, 403/429, login
+   wall); such a site's model call is skipped and the site is counted in ``sites_infeasible``;
 3. ``unsafe``: the text asks for a critical step, the kinds live episodes stop before
    (:class:`~rmsweb_kedro.rollouts.CriticalPoints`: paying, personal data, messages, accounts, deleting);
 4. ``duplicate``: the same normalised text as a kept task, or a near-duplicate (word-set Jaccard >=
@@ -126,13 +126,14 @@ def prompt_hash(params: ProposerParams) -> str:
 
 
 def why_infeasible(observation: Observation) -> str | None:
-    """Why the proposer cannot use a start page: not seen, empty, or a login wall."""
+    """Why the proposer cannot use a start page: not seen, empty, or refusing the browser (a captcha or anti-bot
+    interstitial, HTTP 403/429, a login wall)."""
     if observation.env_error or observation.error:
         return f"page not seen: {observation.error or 'environment error'}"
     if not observation.elements and not observation.axtree.strip():
         return "page not seen: empty page"
-    if any(e.role == "textbox" and "password" in e.name.lower() for e in observation.elements):
-        return "login wall: a password field on the start page"
+    if observation.blocked:  # the browser's own block detection (web.browser.block_kind)
+        return f"blocked: {observation.blocked}"
     return None
 
 
