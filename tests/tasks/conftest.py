@@ -1,8 +1,10 @@
 """Fixtures of the tasks area: a local website that is not the sandbox (a plain page, a login wall); the full
 benchmark files."""
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +43,28 @@ def local_site():
 @pytest.fixture
 def login_site(local_site):
     return local_site + "login"
+
+
+def write_benchmark_rows(folder: Path) -> None:
+    """One row per evaluation benchmark, in its published format, on the sandbox sites' hosts."""
+    folder.mkdir()
+    (folder / "WebVoyager_data.jsonl").write_text(
+        json.dumps(
+            {
+                "web_name": "Recipes",
+                "id": "Recipes--0",
+                "web": "http://recipes.sandbox.test/",
+                "ques": "Find a vegetarian lasagna recipe with the most reviews.",
+            }
+        )
+        + "\n"  # fmt: skip
+    )
+    (folder / "Online_Mind2Web_06042025.json").write_text(
+        json.dumps([{"task_id": "om-1", "confirmed_task": "Find the cheapest one-way flight from Oslo to Rome.",
+                     "website": "https://www.flights.sandbox.test/", "reference_length": 4, "level": "easy"}])
+    )  # fmt: skip
+    (folder / "WebTailBench_v1_rubrics.stagehand.jsonl").write_text(
+        json.dumps({"id": "flights_1", "category": "flights", "web": "",
+                    "ques": "Compare the prices of three airlines for a weekend flight to Paris\r",
+                    "precomputed_rubric": {"items": [{"criterion": "three airlines", "max_points": 1}]}}) + "\n"
+    )  # fmt: skip

@@ -10,6 +10,7 @@ from rmsweb_kedro.schema import tasks_from_frame
 from rmsweb_kedro.tasks.files import TaskFile, load_task_file
 from rmsweb_kedro.tasks.sources import SplitParams, TasksParams, assemble, assign_split
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
+from tests.tasks.conftest import write_benchmark_rows
 
 
 def _jsonl(path, rows):
@@ -177,3 +178,18 @@ def test_sources_in_order_with_quarantine_and_counts(tmp_path):
     clash = TasksParams(sources=["file", "file"], files=[{"path": str(path), "shape": "pae"}])
     with pytest.raises(ValueError, match="task id 'a-1' is given by"):
         assemble(tasks_to_frame(sandbox), clash)
+
+
+def test_the_benchmark_source_is_for_evaluation_only(tmp_path):
+    write_benchmark_rows(tmp_path / "benchmarks")
+    params = TasksParams(sources=["benchmark"], benchmark={"folder": str(tmp_path / "benchmarks")})
+    tasks, quarantine, report = assemble(pl.DataFrame(), params)
+    rows = tasks_from_frame(tasks)
+    assert [t.source for t in rows] == ["webvoyager", "online_mind2web", "webtailbench"]
+    assert {t.split for t in rows} == {"test"}, "never in collect's train split"
+    assert report["test"].to_list() == [1, 1, 1] and quarantine.height == 0
+    (tmp_path / "benchmarks" / "WebVoyager_data.jsonl").unlink()
+    with pytest.raises(
+        FileNotFoundError, match=r"no \['webvoyager'\] file under .*tasks.benchmarks download"
+    ):
+        assemble(pl.DataFrame(), params)

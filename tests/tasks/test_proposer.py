@@ -6,7 +6,6 @@ there), and the tasks stage reading the kept tasks back."""
 
 import json
 import re
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -27,6 +26,7 @@ from rmsweb_kedro.tasks.proposer import (
 from rmsweb_kedro.tasks.sources import BENCHMARK_NAMES, TasksParams, assemble
 from tests.collect.local_openai_server import LocalChatServer
 from tests.fixtures_web import chromium_available
+from tests.tasks.conftest import write_benchmark_rows
 
 pytestmark = pytest.mark.browser
 
@@ -57,31 +57,6 @@ REPLIES = {
 }  # fmt: skip
 EXPECTED = {"proposed": 13, "kept": 4, "malformed": 1, "infeasible": 1, "unsafe": 2, "duplicate": 2,
             "contaminated": 3}  # fmt: skip
-
-
-def write_benchmark_rows(folder: Path) -> None:
-    """One row per evaluation benchmark, in its published format, on the sandbox sites' hosts."""
-    folder.mkdir()
-    (folder / "WebVoyager_data.jsonl").write_text(
-        json.dumps(
-            {
-                "web_name": "Recipes",
-                "id": "Recipes--0",
-                "web": "http://recipes.sandbox.test/",
-                "ques": "Find a vegetarian lasagna recipe with the most reviews.",
-            }
-        )
-        + "\n"  # fmt: skip
-    )
-    (folder / "Online_Mind2Web_06042025.json").write_text(
-        json.dumps([{"task_id": "om-1", "confirmed_task": "Find the cheapest one-way flight from Oslo to Rome.",
-                     "website": "https://www.flights.sandbox.test/", "reference_length": 4, "level": "easy"}])
-    )  # fmt: skip
-    (folder / "WebTailBench_v1_rubrics.stagehand.jsonl").write_text(
-        json.dumps({"id": "flights_1", "category": "flights", "web": "",
-                    "ques": "Compare the prices of three airlines for a weekend flight to Paris\r",
-                    "precomputed_rubric": {"items": [{"criterion": "three airlines", "max_points": 1}]}}) + "\n"
-    )  # fmt: skip
 
 
 def scripted_proposer(body: dict) -> str:
