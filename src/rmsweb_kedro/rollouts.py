@@ -531,9 +531,13 @@ class _RayPool:
             return
         ray = self._ray
         alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+        waited = (
+            f"Ray placed none in {self._config.actor_start_timeout_s:.0f} s (rollouts.actor_start_timeout_s)"
+            if self._starting
+            else "the last ones died starting"
+        )
         raise RolloutError(
-            f"no browser actor is left to run episodes and Ray placed none in "
-            f"{self._config.actor_start_timeout_s:.0f} s (rollouts.actor_start_timeout_s): each needs "
+            f"no browser actor is left to run episodes and {waited}: each needs "
             f"{self._config.cpus_per_browser:g} CPU (rollouts.cpus_per_browser); the cluster's {alive} live "
             f"node(s) have {ray.available_resources().get('CPU', 0.0):g} of "
             f"{ray.cluster_resources().get('CPU', 0.0):g} CPU free. Add a node (README 'Episodes on a Ray "
