@@ -549,6 +549,16 @@ class _RayPool:
         ray = self._ray
         while True:
             self._check_capacity()
+            if (
+                self._hard_limit is not None
+            ):  # checked every time: on a busy cluster some result is always ready
+                for ref, (actor, ticket, started) in list(self._in_flight.items()):
+                    if time.monotonic() - started > self._hard_limit:
+                        del self._in_flight[ref]
+                        self._lose(actor)
+                        return ticket, _Lost(
+                            f"the episode ran past its hard limit of {self._hard_limit:.0f} s"
+                        )
             ready, _ = ray.wait([*self._in_flight, *self._starting], num_returns=1, timeout=1.0)
             if ready and ready[0] in self._starting:
                 self._started(ready[0])
@@ -568,14 +578,6 @@ class _RayPool:
                     return ticket, _Lost(f"the browser actor died mid-episode ({type(err).__name__})")
                 self._free.append(actor)
                 return ticket, outcome
-            if self._hard_limit is not None:
-                for ref, (actor, ticket, started) in list(self._in_flight.items()):
-                    if time.monotonic() - started > self._hard_limit:
-                        del self._in_flight[ref]
-                        self._lose(actor)
-                        return ticket, _Lost(
-                            f"the episode ran past its hard limit of {self._hard_limit:.0f} s"
-                        )
 
     def submit(self, ticket: int, spec: EpisodeSpec) -> None:
         actor = self._free.popleft()
@@ -676,7 +678,7 @@ def run_rollouts(
                     if len(lost) <= settings.env_retries:
                         waiting.appendleft((index, spec, lost))
                         continue
-                    outcome = _env_error(spec, lost)
+                    outcome = _env_error(spec)
                 elif isinstance(outcome, BaseException):
                     failures.append((spec, outcome))
                     bar.update(1)
@@ -715,8 +717,8 @@ def _absolute(spec: EpisodeSpec) -> EpisodeSpec:
     )
 
 
-def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
-    """The record of an episode whose worker kept dying: no steps, no verdict."""
+def _env_error(spec: EpisodeSpec) -> Trajectory:
+    """The record of an episode whose worker kept dying: no steps, no verdict (the driver adds the errors)."""
     return Trajectory(
         id=spec.trajectory_id or f"{spec.task.id}__{spec.mode}__a{spec.attempt}",
         task_id=spec.task.id,
@@ -727,7 +729,7 @@ def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
         reflections=list(spec.reflections),
         steps=[],
         termination="env_error",
-        metadata={**spec.metadata, "env_errors": errors},
+        metadata=dict(spec.metadata),
     )
 
 

@@ -9,8 +9,9 @@ On a cluster (tests/rollouts/test_ray_cluster.py): ``address`` (the head's; the 
 nodes first), ``raw_root`` (relative to the driver's working folder: screenshots go to ``raw_root/<task id>``),
 ``busy_dir`` (each agent's first decision leaves ``busy_dir/<its node's IP>``), ``kill_node`` (``[IP, PID file]``:
 once an agent on that node is mid-episode, the driver SIGKILLs the process in the PID file: the node's namespace
-and everything in it), ``result`` (a JSON file: when the node was killed and the run ended, and the error of a
-second run that asks for more CPUs per browser than any live node has).
+and everything in it), ``result`` (a JSON file: when the node was killed and the run ended; how an episode whose agent hangs ended
+under a 2 s hard limit and whether its folder is left; the error of a run that asks for more CPUs per browser than
+any live node has).
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ import time
 from pathlib import Path
 
 from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.rollouts import EpisodeSpec, Journal, Roles, RolloutConfig, RolloutError, run_rollouts
+from rmsweb_kedro.rollouts import (
+    EpisodeSettings,
+    EpisodeSpec,
+    Journal,
+    Roles,
+    RolloutConfig,
+    RolloutError,
+    run_rollouts,
+)
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 
 FINGERPRINT = "ray-test"
@@ -83,6 +92,20 @@ class Teacher:
         return self.inner.act(task, observation, history, reflections)
 
 
+class Hanging:
+    """Decides once, then never again (a model that stops answering)."""
+
+    name = "hanging"
+
+    def __init__(self, seed: int):
+        self.inner = ScriptedTeacher(seed=seed, imperfections=RIGHT)
+
+    def act(self, task, observation, history, reflections):
+        if history:
+            time.sleep(3600)
+        return self.inner.act(task, observation, history, reflections)
+
+
 def roles(
     delay_s: float = 0.0, kill_marker: str | None = None, kill_task: str = "", busy_dir: str | None = None
 ) -> Roles:
@@ -123,6 +146,19 @@ def on_cluster(settings: dict) -> None:
         progress=None,
     )
     result["ended_at"] = time.time()
+    ((hung,),) = run_rollouts(  # killed past its hard limit, not retried: an env error, its files removed
+        episodes(settings["task_ids"][:1], "hung"),
+        Roles(agent=Hanging, judge=lambda server: SandboxJudge(server.session_state)),
+        config.model_copy(update={"episode_hard_limit_s": 2.0}),
+        sandbox_seed=0,
+        settings=EpisodeSettings(env_retries=0),
+        progress=None,
+    )
+    result["hung"] = {
+        "termination": hung.termination,
+        "env_errors": hung.metadata["env_errors"],
+        "files_left": Path("hung", settings["task_ids"][0]).exists(),
+    }
     try:  # no live node has 2 CPUs: the run must stop, saying so
         run_rollouts(
             episodes(settings["task_ids"][:1]),

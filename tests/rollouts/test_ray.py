@@ -5,7 +5,8 @@ episode journaled exactly once.
 
 And a two-node cluster (head + worker, 1 CPU each, joined with Ray's token authentication as the README says) in
 two network namespaces joined only by a veth pair: the worker node killed mid-episode with no spare CPU left, the run
-finishes on the head, each episode journaled once, its screenshots complete under the driver's raw root."""
+finishes on the head, each episode journaled once, its screenshots complete under the driver's raw root; then an
+episode past its hard limit, and a run that no live node can place, both end."""
 
 from __future__ import annotations
 
@@ -218,6 +219,10 @@ def test_a_node_killed_with_no_spare_cpu_ends_the_run_on_the_survivor(task_ids, 
     assert not list(
         (tmp_path / "worker-cwd").rglob("*.png")
     )  # nothing under the worker node's working folder
+
+    # an agent that hangs: its actor killed at the hard limit, the episode an environment error, its files removed
+    assert result["hung"]["termination"] == "env_error" and not result["hung"]["files_left"]
+    assert result["hung"]["env_errors"] == ["the episode ran past its hard limit of 2 s"]
 
     # no live node has the 2 CPUs a browser then asks for: the run stops and says what is missing
     assert "needs 2 CPU (rollouts.cpus_per_browser)" in result["unplaceable"]
