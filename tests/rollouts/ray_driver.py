@@ -5,7 +5,7 @@ SETTINGS: ``journal`` (path), ``task_ids``, ``browsers``, ``delay_s`` (a pause b
 kill the driver mid-run), ``kill_marker`` (a path: the agent of ``kill_task`` kills its own actor process once,
 mid-episode, and leaves the file so the retry plays on).
 
-On a cluster (tests/rollouts/test_ray_cluster.py): ``address`` (the head's; the driver waits for ``nodes`` live
+On a two-node cluster (tests/rollouts/test_ray.py): ``address`` (the head's; the driver waits for ``nodes`` live
 nodes first), ``raw_root`` (relative to the driver's working folder: screenshots go to ``raw_root/<task id>``),
 ``busy_dir`` (each agent's first decision leaves ``busy_dir/<its node's IP>``), ``kill_node`` (``[IP, PID file]``:
 once an agent on that node is mid-episode, the driver SIGKILLs the process in the PID file: the node's namespace
