@@ -9,9 +9,9 @@ On a two-node cluster (tests/rollouts/test_ray.py): ``address`` (the head's; the
 nodes first), ``raw_root`` (relative to the driver's working folder: screenshots go to ``raw_root/<task id>``),
 ``busy_dir`` (each agent's first decision leaves ``busy_dir/<its node's IP>``), ``kill_node`` (``[IP, PID file]``:
 once an agent on that node is mid-episode, the driver SIGKILLs the process in the PID file: the node's namespace
-and everything in it), ``result`` (a JSON file: when the node was killed and the run ended; how an episode whose agent hangs ended
-under a 2 s hard limit and whether its folder is left; the error of a run that asks for more CPUs per browser than
-any live node has).
+and everything in it), ``result`` (a JSON file: when the node was killed and the run ended; how an episode whose
+agent hangs ended under a 2 s hard limit and whether its folder is left; the error of a run that asks for more CPUs
+per browser than any live node has).
 """
 
 from __future__ import annotations
