@@ -193,6 +193,15 @@ class EpisodeSpec:
         """The fields a journal entry is found by."""
         return {"key": self.key, "mode": self.mode, "task_id": self.task.id, "attempt": self.attempt}
 
+    def absolute(self) -> EpisodeSpec:
+        """This spec with its file paths absolute, resolved by the driver: a Ray actor's working folder is its
+        node's."""
+        return dataclasses.replace(
+            self,
+            screenshot_dir=None if self.screenshot_dir is None else os.path.abspath(self.screenshot_dir),
+            relative_to=None if self.relative_to is None else os.path.abspath(self.relative_to),
+        )
+
 
 @dataclass
 class Attempts:
@@ -641,7 +650,7 @@ def run_rollouts(
         while (spec := chains[index].next(results[index])) is not None:
             entry = done.get(journal.key_of(spec.identity())) if journal is not None else None
             if entry is None:
-                waiting.append((index, _absolute(spec), []))
+                waiting.append((index, spec.absolute(), []))
                 return
             results[index].append(Trajectory.model_validate(entry["trajectory"]))
             resumed += 1
@@ -678,7 +687,7 @@ def run_rollouts(
                     if len(lost) <= settings.env_retries:
                         waiting.appendleft((index, spec, lost))
                         continue
-                    outcome = _env_error(spec)
+                    outcome, lost = _env_error(spec, lost), []  # the record lists its errors once
                 elif isinstance(outcome, BaseException):
                     failures.append((spec, outcome))
                     bar.update(1)
@@ -708,17 +717,8 @@ def run_rollouts(
     return results
 
 
-def _absolute(spec: EpisodeSpec) -> EpisodeSpec:
-    """``spec`` with its file paths absolute, resolved here: a Ray actor's working folder is its node's."""
-    return dataclasses.replace(
-        spec,
-        screenshot_dir=None if spec.screenshot_dir is None else os.path.abspath(spec.screenshot_dir),
-        relative_to=None if spec.relative_to is None else os.path.abspath(spec.relative_to),
-    )
-
-
-def _env_error(spec: EpisodeSpec) -> Trajectory:
-    """The record of an episode whose worker kept dying: no steps, no verdict (the driver adds the errors)."""
+def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
+    """The record of an episode whose worker kept dying: no steps, no verdict."""
     return Trajectory(
         id=spec.trajectory_id or f"{spec.task.id}__{spec.mode}__a{spec.attempt}",
         task_id=spec.task.id,
@@ -729,7 +729,7 @@ def _env_error(spec: EpisodeSpec) -> Trajectory:
         reflections=list(spec.reflections),
         steps=[],
         termination="env_error",
-        metadata=dict(spec.metadata),
+        metadata={**spec.metadata, "env_errors": errors},
     )
 
 
