@@ -24,16 +24,9 @@ import threading
 import time
 from pathlib import Path
 
+from rmsweb_kedro import rollouts
 from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.rollouts import (
-    EpisodeSettings,
-    EpisodeSpec,
-    Journal,
-    Roles,
-    RolloutConfig,
-    RolloutError,
-    run_rollouts,
-)
+from rmsweb_kedro.rollouts import EpisodeSpec, Journal, Roles, RolloutConfig, run_rollouts
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 
 FINGERPRINT = "ray-test"
@@ -151,7 +144,7 @@ def on_cluster(settings: dict) -> None:
         Roles(agent=Hanging, judge=lambda server: SandboxJudge(server.session_state)),
         config.model_copy(update={"episode_hard_limit_s": 2.0}),
         sandbox_seed=0,
-        settings=EpisodeSettings(env_retries=0),
+        settings=rollouts.EpisodeSettings(env_retries=0),
         progress=None,
     )
     result["hung"] = {
@@ -167,7 +160,7 @@ def on_cluster(settings: dict) -> None:
             sandbox_seed=0,
             progress=None,
         )
-    except RolloutError as err:
+    except rollouts.RolloutError as err:
         result["unplaceable"] = str(err)
     Path(settings["result"]).write_text(json.dumps(result))
     ray.shutdown()
