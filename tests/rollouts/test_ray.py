@@ -137,14 +137,14 @@ def veth_namespaces_available() -> bool:
 HEAD, WORKER = "10.200.0.1", "10.200.0.2"  # inside the test's namespaces only, on the veth pair between them
 
 
-def cluster_command(tmp: Path, settings: dict) -> list[str]:
+def cluster_command(tmp: Path, sessions: str, settings: dict) -> list[str]:
     """A head node (with the driver) and a worker node, each in its own network and PID namespace, joined by a veth
     pair and nothing else; the worker joins with the head's token (``RAY_AUTH_TOKEN``, its HOME holds none) and
-    runs in another working folder than the driver. Node death is detected after ~2 s (Ray's default: ~15 s)."""
+    runs in another working folder than the driver. ``sessions``: Ray's folders (a short path: Ray's socket paths
+    must stay under 108 bytes)."""
     ray = Path(sys.executable).parent / "ray"
     for name in ("head-home", "worker-home", "worker-cwd", "driver", "busy"):
         (tmp / name).mkdir()
-    sessions = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     worker = (
         f"until ip link show rayw >/dev/null 2>&1; do sleep 0.05; done; ip link set lo up; "
         f"ip addr add {WORKER}/24 dev rayw; ip link set rayw up; cd {tmp}/worker-cwd; "
@@ -153,7 +153,7 @@ def cluster_command(tmp: Path, settings: dict) -> list[str]:
     )
     script = f"""set -e
 export RAY_USAGE_STATS_ENABLED=0 HOME={tmp}/head-home PYTHONPATH={REPO / "src"}:{REPO} KEDRO_DISABLE_TELEMETRY=1 \
-  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_health_check_period_ms=500 RAY_health_check_failure_threshold=4
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 ip link set lo up
 ip addr add {HEAD}/32 dev lo  # not on the veth: a dead worker node takes the whole pair along
 ip link add rayh type veth peer name rayw
@@ -168,9 +168,7 @@ echo $! >{tmp}/worker.pid
 until [ "$(readlink /proc/$!/ns/net)" != "$(readlink /proc/self/ns/net)" ]; do sleep 0.05; done
 ip link set rayw netns $!
 cd {tmp}/driver
-{sys.executable} -m tests.rollouts.ray_driver '{json.dumps(settings)}' && rc=0 || rc=$?
-rm -rf {sessions}
-exit $rc
+exec {sys.executable} -m tests.rollouts.ray_driver '{json.dumps(settings)}'
 """
     return ["unshare", "-n", "-p", "-f", "--mount-proc", "--kill-child", "bash", "-c", script]
 
@@ -184,13 +182,17 @@ def test_a_node_killed_with_no_spare_cpu_ends_the_run_on_the_survivor(task_ids, 
     settings = {"address": f"{HEAD}:6379", "nodes": 2, "journal": str(journal), "task_ids": task_ids,
                 "browsers": 2, "delay_s": 0.3, "raw_root": "raw", "busy_dir": str(tmp_path / "busy"),
                 "kill_node": [WORKER, str(tmp_path / "worker.pid")], "result": str(tmp_path / "result.json")}  # fmt: skip
-    cluster = subprocess.Popen(cluster_command(tmp_path, settings), cwd=REPO, start_new_session=True)
+    sessions = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    cluster = subprocess.Popen(
+        cluster_command(tmp_path, sessions, settings), cwd=REPO, start_new_session=True
+    )
     try:
         returncode = cluster.wait(timeout=240)  # a run waiting on an actor that cannot be placed never ends
     finally:
         with contextlib.suppress(ProcessLookupError):  # both nodes, the driver and every Chromium in them
             os.killpg(cluster.pid, signal.SIGKILL)
         cluster.wait()
+        shutil.rmtree(sessions, ignore_errors=True)
     assert returncode == 0, (tmp_path / "head.log").read_text()[-2000:]
     result = json.loads((tmp_path / "result.json").read_text())
     killed_task = (tmp_path / "busy" / WORKER).read_text()
