@@ -509,14 +509,13 @@ class _RayPool:
         worker, _ = self._starting.pop(ref)
         try:
             ray.get(ref)
-        except ray.exceptions.RayTaskError as err:  # the constructor raised: a role or browser is broken
+        except ray.exceptions.RayActorError as err:
             ray.kill(worker)
-            raise err.as_instanceof_cause() from None
-        except ray.exceptions.RayError as err:
+            if err.actor_init_failed:  # its constructor raised: a role or browser that cannot be built
+                raise
             logger.warning(
                 "a browser actor died while starting (%s); the pool is one smaller", type(err).__name__
             )
-            ray.kill(worker)
             return
         self._free.append(worker)
 

@@ -11,7 +11,7 @@ nodes first), ``raw_root`` (relative to the driver's working folder: screenshots
 once an agent on that node is mid-episode, the driver SIGKILLs the process in the PID file: the node's namespace
 and everything in it), ``result`` (a JSON file: when the node was killed and the run ended; how an episode whose
 agent hangs ended under a 2 s hard limit and whether its folder is left; the error of a run that asks for more CPUs
-per browser than any live node has).
+per browser than any live node has; the error of a run whose judge cannot be built).
 """
 
 from __future__ import annotations
@@ -99,6 +99,10 @@ class Hanging:
         return self.inner.act(task, observation, history, reflections)
 
 
+def unbuildable_judge(server):
+    raise ZeroDivisionError("a judge that cannot be built")
+
+
 def roles(
     delay_s: float = 0.0, kill_marker: str | None = None, kill_task: str = "", busy_dir: str | None = None
 ) -> Roles:
@@ -162,6 +166,12 @@ def on_cluster(settings: dict) -> None:
         )
     except rollouts.RolloutError as err:
         result["unplaceable"] = str(err)
+    try:  # a browser actor whose constructor raises fails the run before any episode, with the cause
+        run_rollouts(
+            episodes(settings["task_ids"][:1]), Roles(Teacher, unbuildable_judge), config, progress=None
+        )
+    except ray.exceptions.RayActorError as err:
+        result["unbuildable"] = str(err)
     Path(settings["result"]).write_text(json.dumps(result))
     ray.shutdown()
 

@@ -229,3 +229,4 @@ def test_a_node_killed_with_no_spare_cpu_ends_the_run_on_the_survivor(task_ids, 
     # no live node has the 2 CPUs a browser then asks for: the run stops and says what is missing
     assert "needs 2 CPU (rollouts.cpus_per_browser)" in result["unplaceable"]
     assert "1 live node(s) have 1 of 1 CPU free" in result["unplaceable"]
+    assert "ZeroDivisionError: a judge that cannot be built" in result["unbuildable"]
