@@ -82,16 +82,15 @@ class RolloutConfig(BaseModel):
     num_cpus: int | None = Field(default=None, ge=1, description="local Ray only: CPUs it may use")
     object_store_mb: int | None = Field(default=None, ge=75, description="local Ray only: object store size")
     cpus_per_browser: float = Field(default=1.0, gt=0, description="ray: CPUs reserved by each browser actor")
-    #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``); on Ray an
-    #: actor still busy ``HANG_GRACE_S`` past it (for every try) is killed and the episode retried as an
-    #: environment error.
-    episode_time_limit_s: float | None = Field(default=None, gt=0)
     #: ray, without ``episode_time_limit_s``: an actor still busy on one episode (all its tries) after this long is
     #: killed and the episode retried as an environment error (null: never).
     episode_hard_limit_s: float | None = Field(default=1800.0, gt=0)
     #: ray: with no started browser actor left, how long to wait for Ray to place one before the run fails naming
     #: the CPUs it lacks (a node may be joining); while other actors run episodes, a pending one just waits.
     actor_start_timeout_s: float = Field(default=300.0, gt=0)
+    #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``); on Ray an
+    #: actor still busy ``HANG_GRACE_S`` past it is killed and the episode retried as an environment error.
+    episode_time_limit_s: float | None = Field(default=None, gt=0)
 
 
 # ---------------------------------------------------------------- critical points
