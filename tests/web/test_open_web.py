@@ -158,6 +158,14 @@ def test_sub_resources_load_from_another_site_but_navigation_stays_on_the_task_s
     blog = env.step(Action(type=ActionType.CLICK, element=element(refused, "Blog")))
     assert blog.error is None and blog.url == "http://blog.unknown-shop.test/"
 
+    # allowed_domains "*": a search engine's task may navigate to any site
+    env.config.allowed_domains.append("*")
+    try:
+        anywhere = env.step(Action(type=ActionType.GOTO, url=f"{CDN}/page.html"))
+    finally:
+        env.config.allowed_domains.remove("*")
+    assert anywhere.error is None and anywhere.url == f"{CDN}/page.html"
+
     # A sandbox task keeps the sandbox's rules: its own host only, every request alike.
     strict = env.reset(task(source="sandbox"))
     assert "Hidden by the stylesheet" in strict.axtree and "Added by script" not in strict.axtree

@@ -67,7 +67,9 @@ class BrowserConfig(BaseModel):
     navigation_timeout_ms: int = Field(default=15000, gt=0)
     # A fixed pause after each action; navigations an action starts are awaited anyway.
     settle_ms: int = Field(default=0, ge=0)
-    allowed_domains: list[str] = Field(default_factory=list)  # besides the task's own host (open web: site)
+    #: Besides the task's own host (open web: its site); ``"*"``: any host (a search engine's task that must reach
+    #: result sites, WebTailBench's from bing.com).
+    allowed_domains: list[str] = Field(default_factory=list)
     #: Open web: hosts no request may reach (a host and its subdomains), and a file of more (one host a line, or
     #: hosts-file lines ``0.0.0.0 host``; ``#`` comments), as OpenWebRL keeps one.
     blocked_hosts: list[str] = Field(default_factory=list)
@@ -381,7 +383,8 @@ class BrowserEnv:
             return False
         if self._site is not None and not top_level:
             return True
-        if host in self._allowed_hosts or _within(host, {d.lower() for d in self.config.allowed_domains}):
+        domains = {d.lower() for d in self.config.allowed_domains}
+        if host in self._allowed_hosts or "*" in domains or _within(host, domains):
             return True
         return self._site is not None and registrable_domain(host) == self._site
 
