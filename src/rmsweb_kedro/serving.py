@@ -132,6 +132,10 @@ class VLLMServer:
             # sampling is exactly what the request asks (no top_k etc. from the checkpoint's generation_config)
             "--generation-config",
             "vllm",
+            # the template gets the message parts as the trainer's processor does; vLLM's guess ("string") puts
+            # the image placeholder before the text with a newline of its own: a prompt the policy never trained on
+            "--chat-template-content-format",
+            "openai",
             *c.extra_args,
         ]
 

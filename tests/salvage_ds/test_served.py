@@ -184,6 +184,51 @@ def test_a_full_weight_policy_is_refused_with_the_reason(policy, tmp_path):
         )
 
 
+def test_screenshot_prompts_are_the_trainers_on_the_server(policy, sampler, tmp_path):
+    """A prompt with a screenshot: the server's prompt ids (image tokens expanded) are the trainer's, its greedy
+    replies the in-process sampler's, and the trainer's log-probs with the image match the server's."""
+    from rmsweb_kedro.training.salvage_ds import vision_inputs
+    from tests.fixtures_model import draw_screenshot
+
+    model, processor, states, prompt = policy
+    with_image = prompt.model_copy(update={"observation": ["screenshot", "axtree"]})
+    rows = [
+        dict(s, screenshot=str(draw_screenshot(tmp_path / f"{i}.png", s["axtree"])))
+        for i, s in enumerate(states[:2])
+    ]
+    prepared = prepare_states(rows, processor, with_image)
+    image_token = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    assert all(image_token in s.prompt_ids for s in prepared)
+    attached = ServedSampler(
+        ServerConfig(base_url=sampler.server.base_url), tmp_path / "images", processor, with_image, PARAMS
+    )
+    try:
+        served = attached.sample(model, prepared, 1, greedy=True)  # raises if the server's prompt ids differ
+        assert texts(served) == texts(
+            HFSampler(processor, with_image, PARAMS).sample(model, prepared, 1, greedy=True)
+        )
+        sampled = attached.sample(model, prepared, 2)
+    finally:
+        attached.close()
+    samples = [(state, s) for state, g in zip(prepared, sampled, strict=True) for s in g]
+    with torch.no_grad():
+        logits, targets, _ = continuation_logits(
+            model.eval(),
+            [state.prompt_ids for state, _ in samples],
+            [s.completion_ids for _, s in samples],
+            processor.tokenizer.pad_token_id,
+            vision_inputs([state.row for state, _ in samples], with_image, processor),
+            image_token,
+        )
+        mine = token_logprobs(logits, targets)
+    worst = max(
+        abs(mine[row, t].item() - lp) for row, (_, s) in enumerate(samples) for t, lp in enumerate(s.logprobs)
+    )
+    assert worst <= LOGPROB_TOLERANCE, (
+        f"trainer vs server log-prob differ by up to {worst:.4f} with the image"
+    )
+
+
 def test_a_killed_server_stops_the_run_with_its_log(policy, sampler, tmp_path):
     model, processor, states, prompt = policy
     prepared = prepare_states(states[:2], processor, prompt)
