@@ -662,15 +662,26 @@ def register_packed_sdpa() -> str:
     def attention(module, query, key, value, attention_mask, **kwargs):
         positions = kwargs.get("position_ids")
         length = query.shape[2]
-        if attention_mask is None and positions is not None and query.shape[0] == 1 and key.shape[2] == length > 1:
+        if (
+            attention_mask is None
+            and positions is not None
+            and query.shape[0] == 1
+            and key.shape[2] == length > 1
+        ):
             breaks = (torch.diff(positions.reshape(-1)) != 1).nonzero().flatten() + 1
             if len(breaks):
                 bounds = [0, *breaks.tolist(), length]
+                sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+                # split, not slices: its backward is one concatenation, where each slice's would fill and add a
+                # whole-row gradient (quadratic in the samples of the row)
                 parts = [
-                    sdpa_attention_forward(
-                        module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], None, **kwargs
-                    )[0]
-                    for a, b in zip(bounds, bounds[1:], strict=False)
+                    sdpa_attention_forward(module, q, k, v, None, **kwargs)[0]
+                    for q, k, v in zip(
+                        query.split(sizes, dim=2),
+                        key.split(sizes, dim=2),
+                        value.split(sizes, dim=2),
+                        strict=True,
+                    )
                 ]
                 return torch.cat(parts, dim=1), None  # (batch, tokens, heads, head_dim)
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

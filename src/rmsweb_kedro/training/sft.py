@@ -25,7 +25,9 @@ Entry point for several processes (the ``sft`` node starts it when ``launch`` is
 
     accelerate launch --config_file conf/base/accelerate/ddp.yaml -m rmsweb_kedro.training.sft --job JOB.json
 
-``JOB.json``: ``{"model_dir", "train_path", "val_path", "output_dir", "config": SFTConfig}``; the trained model is
+``JOB.json``: ``{"model_dir", "checkpoint", "train_path", "val_path", "output_dir", "config": SFTConfig}``
+(``checkpoint``: the node's ``base_checkpoint`` load config for ``model_dir``, ``training.launch.job_checkpoint``;
+optional); the trained model is
 saved to ``<output_dir>/final`` and the metrics history to ``<output_dir>/history.jsonl`` (``training.launch``,
 the design Salvage-DS shares).
 """
@@ -279,12 +281,11 @@ def run_sft(
 def _main() -> None:
     import polars as pl
 
-    from rmsweb_kedro.modeling import load_model, training_dtype
-    from rmsweb_kedro.training.launch import read_job, save_launched
+    from rmsweb_kedro.training.launch import load_job_model, read_job, save_launched
 
     job = read_job("SFT under accelerate launch (see module docstring)")
     config = SFTConfig.model_validate(job["config"])
-    model, processor = load_model({"path": job["model_dir"], "dtype": training_dtype(job["model_dir"])})
+    model, processor = load_job_model(job)
     train_states = pl.read_parquet(job["train_path"]).to_dicts()
     val_states = pl.read_parquet(job["val_path"]).to_dicts() if job.get("val_path") else []
     save_launched(run_sft(model, processor, train_states, val_states, config), processor, job["output_dir"])
