@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TRAINERS = ("padded", "packed", "trl")  # trl: SFTTrainer with padding_free=True
 sys.path.insert(0, str(ROOT))
 
 
@@ -227,7 +228,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--samples", type=int, help="states used (default: all of --states, else 240)")
     parser.add_argument("--states", help="a parquet of STATE rows (a default run's SFT training states)")
-    parser.add_argument("--child", choices=["padded", "packed", "trl"])
+    parser.add_argument(
+        "--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS), help="which to run (default: all)"
+    )
+    parser.add_argument("--child", choices=TRAINERS)
     parser.add_argument("--checkpoint")
     args = parser.parse_args()
     if args.child:
@@ -251,7 +255,7 @@ def main() -> None:
     model, processor = build_tiny_model(corpus, _default_run("parameters_sft", "sft", "tiny"))
     save_checkpoint(model, processor, work / "tiny")
     results = {}
-    for name in ("padded", "packed", "trl"):
+    for name in args.trainers:
         command = [
             sys.executable,
             __file__,
@@ -281,13 +285,14 @@ def main() -> None:
             f"peak memory {figures['peak_memory_mb']:8.0f} MiB   final loss {figures['final_loss']:.3f}",
             flush=True,
         )
+    pairs = [("packed", "padded", " (target >= 1.3)"), ("packed", "trl", ""), ("padded", "trl", "")]
     for key in ("tokens_per_s", "tokens_per_cpu_s"):
-        speed = {name: figures[key] for name, figures in results.items()}
-        print(
-            f"{key}: packed/padded {speed['packed'] / speed['padded']:.2f} (target >= 1.3), "
-            f"packed/TRL padding_free {speed['packed'] / speed['trl']:.2f}, "
-            f"padded/TRL padding_free {speed['padded'] / speed['trl']:.2f}"
-        )
+        ratios = [
+            f"{a}/{b} {results[a][key] / results[b][key]:.2f}{note}"
+            for a, b, note in pairs
+            if a in results and b in results
+        ]
+        print(f"{key}: " + ", ".join(ratios))
     print(f"steps {args.steps}, batch {args.batch_size}, {len(_states(args))} states")
 
 
