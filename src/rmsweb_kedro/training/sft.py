@@ -17,7 +17,8 @@ Two batchings of the same micro-batch (``batching``), the same samples, labels a
   positions: the text position restarts at 0 per sample and the 3-D multimodal rope positions are Qwen3-VL's own
   (``get_rope_index`` on the padded batch, padding dropped), the images stay in sample order with their
   ``image_grid_thw``; attention stays within a sample (``flash_attention_2``: varlen from the positions; ``sdpa``:
-  once per sample, ``modeling.packed_attention``; ``eager``: transformers' block-diagonal mask). The LM head runs
+  ``modeling.packed_attention``, the samples as rows of one causal call; ``eager``: transformers' block-diagonal
+  mask). The LM head runs
   only at positions whose next token is supervised (``logits_to_keep``), so no logits are built for prompts or
   padding.
 
@@ -196,8 +197,9 @@ def pack_batch(batch: dict[str, Any], rope_index) -> dict[str, Any]:
     shape (4, 1, tokens) (row 0 the text position, restarting at 0 per sample, which also marks where samples start;
     rows 1-3 the multimodal rope positions ``rope_index`` gives the padded batch), the image inputs as they are (in
     sample order already), ``logits_to_keep`` (1, tokens): True where the next token of the same sample is
-    supervised, and ``labels`` (and ``label_weights``) flat, one per kept position. ``loss_tokens`` counts what
-    the padded batch counts: the supervised tokens but each sample's first (never predicted)."""
+    supervised, and ``labels`` (and ``label_weights``) flat, one per kept position. ``loss_tokens`` counts the
+    supervised tokens but each sample's first (never predicted), as the padded batch does, except that a left-padded
+    batch under ``loss_on="all"`` also counts a shorter row's first token, predicted from padding."""
     import torch
 
     real = batch["attention_mask"].bool()
