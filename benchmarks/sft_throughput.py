@@ -232,9 +232,19 @@ def main() -> None:
         "--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS), help="which to run (default: all)"
     )
     parser.add_argument("--child", choices=TRAINERS)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads in each trainer (default: torch's); 1 on a shared machine, where waiting threads of "
+        "many small parallel kernels dominate the time",
+    )
     parser.add_argument("--checkpoint")
     args = parser.parse_args()
     if args.child:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
         figures = (run_trl if args.child == "trl" else run_ours)(args.checkpoint, args)
         print("RESULT " + json.dumps(figures))
         return
@@ -271,6 +281,7 @@ def main() -> None:
             str(args.batch_size),
             *(["--samples", str(args.samples)] if args.samples else []),
             *(["--states", args.states] if args.states else []),
+            *(["--threads", str(args.threads)] if args.threads else []),
         ]
         done = subprocess.run(
             command, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -293,7 +304,10 @@ def main() -> None:
             if a in results and b in results
         ]
         print(f"{key}: " + ", ".join(ratios))
-    print(f"steps {args.steps}, batch {args.batch_size}, {len(_states(args))} states")
+    threads = args.threads or "default"
+    print(
+        f"steps {args.steps}, batch {args.batch_size}, {len(_states(args))} states, torch threads {threads}"
+    )
 
 
 if __name__ == "__main__":
