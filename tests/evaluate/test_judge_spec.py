@@ -102,3 +102,15 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
         JudgeByKind({"kind": "sandbox_checker"}).for_task(task)
     with pytest.raises(ValueError, match="has no endpoint: set judge.endpoint"):
         JudgeByKind({"kind": "sandbox_checker"}, lambda _s: {}).for_task(unknown)
+
+    # The stages' factory pickles (Ray actors build their judges) and gives a kind its own model when asked.
+    import pickle
+
+    from rmsweb_kedro.agents.judges import judge_factory
+
+    config = {"base_url": "http://127.0.0.1:9/v1", "model": "judge-test"}
+    made = pickle.loads(pickle.dumps(judge_factory({"kind": "webjudge", "endpoint": config},
+                                                   endpoints={"rubric": config | {"model": "rubric-model"}})))(None)  # fmt: skip
+    rubric_task = unknown.model_copy(update={"judge": JudgeSpec(kind="rubric")})
+    assert made.for_task(rubric_task).endpoint.config.model == "rubric-model"
+    assert made.for_task(unknown).endpoint.config.model == "judge-test"

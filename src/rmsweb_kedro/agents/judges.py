@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rmsweb_kedro.agents.base import Judge
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials
+from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials, EndpointConfig
 from rmsweb_kedro.agents.factory import JudgeSpecConfig, build_judge
 from rmsweb_kedro.schema import Step, Task, Usage, Verdict
 
@@ -109,9 +109,9 @@ class JudgeByKind:
 
 
 def _judges_for(
-    spec: JudgeSpecConfig, credentials: Credentials | None, endpoints: dict[str, Any] | None, server: Any
+    spec: JudgeSpecConfig, credentials: Credentials | None, endpoints: dict[str, EndpointConfig], server: Any
 ) -> JudgeByKind:
-    endpoint_for = {kind: ChatEndpoint(config, credentials) for kind, config in (endpoints or {}).items()}
+    endpoint_for = {kind: ChatEndpoint(config, credentials) for kind, config in endpoints.items()}
     session_state = server.session_state if server is not None else None
     return JudgeByKind(spec, session_state, credentials, endpoints=endpoint_for)
 
@@ -124,4 +124,5 @@ def judge_factory(
     """``Roles.judge``: ``make(server) -> JudgeByKind`` (``server``: the sandbox server of the browser, or None),
     built where the browser runs (a thread or a Ray actor, so it pickles). ``endpoints``: an
     :class:`~rmsweb_kedro.agents.endpoint.EndpointConfig` per judge kind that needs its own model."""
-    return functools.partial(_judges_for, JudgeSpecConfig.model_validate(spec), credentials, endpoints)
+    per_kind = {kind: EndpointConfig.model_validate(config) for kind, config in (endpoints or {}).items()}
+    return functools.partial(_judges_for, JudgeSpecConfig.model_validate(spec), credentials, per_kind)
