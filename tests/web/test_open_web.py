@@ -10,13 +10,15 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import polars as pl
 import pytest
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.collection import CollectParams, collection_log, summarize
 from rmsweb_kedro.episodes import run_episode
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.evaluation import EPISODE_SCHEMA, success_summary
+from rmsweb_kedro.schema import Task, trajectory_row
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, block_kind, registrable_domain
 from tests.fixtures_web import chromium_available
 
@@ -220,3 +222,7 @@ def test_refusing_pages_end_the_episode_blocked_not_failed(env):
     # Counted apart in the collection statistics, never as the agent's failures.
     stats = summarize(collection_log(runs), CollectParams(modes=["single"]))["modes"]["single"]
     assert (stats["blocked"], stats["attempts"], stats["yield"], stats["env_errors"]) == (4, 4, None, 0)
+    # and in evaluate's and live's success summary: not judged, no success rate
+    episodes = pl.DataFrame([trajectory_row(run) | {"run": 0} for run in runs], schema=EPISODE_SCHEMA)
+    summary = success_summary(episodes, 0.95)
+    assert (summary["blocked"], summary["env_errors"], summary["success_rate"]) == (4, 4, None)
