@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import polars as pl
 import pytest
@@ -110,13 +112,29 @@ def sites() -> Iterator[Sites]:
     served.server.server_close()
 
 
+class OnItsThread:
+    """A BrowserEnv whose every call runs on the one thread that owns it: Playwright's sync API belongs to the thread
+    that started it, and the suite's shared env (tests/fixtures_web.py) may hold the main thread's."""
+
+    def __init__(self, env: BrowserEnv, pool: ThreadPoolExecutor):
+        self._env, self._pool = env, pool
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._env, name)
+        if not callable(value):
+            return value
+        return lambda *args, **kwargs: self._pool.submit(value, *args, **kwargs).result()
+
+
 @pytest.fixture(scope="module")
-def env(sites: Sites) -> Iterator[BrowserEnv]:
+def env(sites: Sites) -> Iterator[OnItsThread]:
     if not chromium_available():
         pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
     config = BrowserConfig(host_resolver_rules=sites.rules, blocked_hosts=["tracker.test"], screenshots=False)
-    with BrowserEnv(config) as browser:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        browser = OnItsThread(BrowserEnv(config), pool)
         yield browser
+        browser.close()
 
 
 def task(path: str = "/", source: str = "user") -> Task:
