@@ -267,13 +267,13 @@ def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
 
 
 def run_online(
-    sandbox_tasks: pl.DataFrame,
+    tasks: pl.DataFrame,
     model: Any,
     config: EvaluateParams,
     model_name: str,
     rollouts: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
-    """``online.runs`` runs of the model on the chosen sandbox tasks in real Chromium; one row per episode.
+    """``online.runs`` runs of the model on the chosen tasks (of the ``tasks`` table) in real Chromium; one row per episode.
 
     Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (``online.n_envs`` browsers on the
     ``rollouts`` backend), never on the calling thread, so a Playwright session it may hold never collides."""
@@ -284,9 +284,9 @@ def run_online(
     online = config.online
     if not online.enabled:
         return pl.DataFrame(schema=EPISODE_SCHEMA)
-    tasks = select_online_tasks(tasks_from_frame(sandbox_tasks), online, config.seed)
-    if not tasks:
-        logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)
+    chosen = select_online_tasks(tasks_from_frame(tasks), online, config.seed)
+    if not chosen:
+        logger.warning("online %s: no task in splits %s", model_name, online.splits)
         return pl.DataFrame(schema=EPISODE_SCHEMA)
     policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
     episodes = [
@@ -299,7 +299,7 @@ def run_online(
             metadata={"run": run},
         )
         for run in range(online.runs)
-        for position, task in enumerate(tasks)
+        for position, task in enumerate(chosen)
     ]
     trajectories = run_rollouts(
         episodes,

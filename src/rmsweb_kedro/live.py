@@ -8,7 +8,7 @@ judge that cannot judge ends it ``judge_error``, both counted apart.
 Judges by ``task.judge.kind`` (one OpenAI-compatible endpoint serves them all unless a model is named per kind):
 ``webvoyager`` -> WebVoyager's auto-evaluation, ``webjudge`` -> Online-Mind2Web's WebJudge, ``rubric`` -> the
 WebTailBench rubric verifier, ``reference_answer`` -> GAIA's exact-match scoring (no model). The submission
-folder's contract: :mod:`rmsweb_kedro.benchmarks_data.submission`. Used by the ``live`` pipeline.
+folder's contract: :mod:`rmsweb_kedro.tasks.benchmarks.submission`. Used by the ``live`` pipeline.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema, write_submission
 from rmsweb_kedro.rollouts import CriticalPoints, EpisodeSettings, EpisodeSpec, Journal, Roles, run_rollouts
 from rmsweb_kedro.schema import Step, Task, Trajectory
+from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema, write_submission
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def run_live(
     (``step_limits`` by task source, else ``max_steps``), judged by each task's judge, on the ``rollouts`` backend;
     trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the ``raw_trajectories``
     format) with their screenshots, and each Online-Mind2Web attempt to that benchmark's submission folder
-    (:mod:`rmsweb_kedro.benchmarks_data.submission`, schema ``submission_schema``)."""
+    (:mod:`rmsweb_kedro.tasks.benchmarks.submission`, schema ``submission_schema``)."""
     out = Path(out_dir)
     shots_root = out / "screenshots"
     submission = out / "online_mind2web"

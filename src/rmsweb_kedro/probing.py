@@ -183,7 +183,7 @@ def draw_rollout_tasks(candidates: list[Task], origins: dict[str, bool], config:
 
 
 def probe_online(
-    sandbox_tasks: list[Task],
+    tasks: list[Task],
     references: pl.DataFrame,
     sft_model: Any,
     config: MiningParams,
@@ -201,7 +201,7 @@ def probe_online(
     origins = task_origins(references)
     in_sft = pl.col("task_id").replace_strict(origins, default=None, return_dtype=pl.Boolean)
     empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **PROBE_SCHEMA}), "online", in_sft)
-    candidates = [t for t in sandbox_tasks if t.split == config.online.split and t.id in origins]
+    candidates = [t for t in tasks if t.split == config.online.split and t.id in origins]
     if config.online.rollouts == 0 or not candidates:
         logger.info(
             "online probing skipped: %d rollouts asked, %d tasks with references",
@@ -209,7 +209,7 @@ def probe_online(
             len(candidates),
         )
         return empty, {"rollouts": 0}
-    tasks = draw_rollout_tasks(candidates, origins, config)
+    chosen = draw_rollout_tasks(candidates, origins, config)
     policy = load_policy(sft_model, config, greedy=True)
     shots = Path(config.online.screenshot_root).resolve()
     image_root = Path(PromptConfig.model_validate(config.policy.prompt).image_root or ".").resolve()
@@ -222,7 +222,7 @@ def probe_online(
             screenshot_dir=str(shots / f"mining-online__{task.id}"),
             relative_to=str(shots),
         )
-        for task in tasks
+        for task in chosen
     ]
     trajectories = [
         trajectory
@@ -237,7 +237,7 @@ def probe_online(
         )
     ]
     prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
-    states, counts = divergence_states(trajectories, {t.id: t for t in tasks}, references, prefix)
+    states, counts = divergence_states(trajectories, {t.id: t for t in chosen}, references, prefix)
     probed = (
         _with_mining_columns(probe_states(policy, states, config), "online", in_sft)
         if states.height

@@ -55,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -129,6 +130,15 @@ class CriticalPoints(BaseModel):
     def _pattern(self, words: list[str]) -> re.Pattern[str]:
         alternatives = "|".join(re.escape(w.lower()).replace(r"\ ", r"\s+") for w in words)
         return re.compile(rf"\b(?:{alternatives})\b")
+
+    def in_text(self, text: str) -> str | None:
+        """Why a task text asks for a critical step (the task proposer drops such tasks), or None."""
+        lowered = text.lower()
+        if match := self._pattern(self.personal_data_words).search(lowered):
+            return f'asks for personal data ("{match.group(0)}")'
+        if match := self._pattern(self.commit_words).search(lowered):
+            return f'asks for an irreversible step ("{match.group(0)}")'
+        return None
 
     def __call__(self, action: Action, observation: Observation) -> str | None:
         """Why ``action`` on this page is a critical point, or None."""
@@ -630,8 +640,9 @@ def run_rollouts(
     """Run every item's episodes on ``browsers`` browsers; returns, per item, its trajectories in attempt order
     (journaled ones included, so a resumed run returns what a fresh one would).
 
-    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the tasks are sandbox tasks, served
-    with this world seed. ``progress``: the bar's label (None: no bar). Raises :class:`RolloutError` after the
+    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the world seed sandbox tasks are
+    served with (the server starts only when an episode to run needs it: :func:`_needs_sandbox`). ``progress``: the
+    bar's label (None: no bar). Raises :class:`RolloutError` after the
     run when an episode's code raised (the other episodes finished and were journaled)."""
     from tqdm.auto import tqdm
 
@@ -668,6 +679,8 @@ def run_rollouts(
     failures: list[tuple[EpisodeSpec, BaseException]] = []
     if waiting:
         n = max(1, min(browsers, len(waiting)))
+        if not any(_needs_sandbox(spec.task) for _, spec, _ in waiting):
+            sandbox_seed = None  # no task left that the sandbox serves: no sandbox server
         pool: Any = (
             _RayPool(n, roles, browser, settings, sandbox_seed, config)
             if config.backend == "ray"
@@ -720,6 +733,15 @@ def run_rollouts(
             f"{type(error).__name__}: {error}"
         ) from error
     return results
+
+
+def _needs_sandbox(task: Task) -> bool:
+    """A sandbox task, or a task whose start page is on the sandbox's hosts (its sites reached by URL as unknown
+    websites: no checker, an LLM judge): only the sandbox server answers there."""
+    from rmsweb_kedro.web.sandbox.server import DOMAIN
+
+    host = (urlsplit(task.start_url).hostname or "").lower()
+    return task.source == "sandbox" or host == DOMAIN or host.endswith("." + DOMAIN)
 
 
 def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rmsweb_kedro.actions import Action, ActionParseError, format_action, parse_action
 
-TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user"]
+#: ``file``: a task file a researcher brings (tasks/files.py); ``proposed``: written by the task proposer.
+TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user", "file", "proposed"]
 Level = Literal["easy", "medium", "hard"]
 Split = Literal["train", "val", "test"]
 JudgeKind = Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer", "none"]

@@ -9,10 +9,10 @@ import pytest
 from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
 from rmsweb_kedro.agents.judges import judge_factory
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.benchmarks_data.submission import factual_actions, read_submission
 from rmsweb_kedro.live import run_live
 from rmsweb_kedro.rollouts import Roles
 from rmsweb_kedro.schema import JudgeSpec, Trajectory
+from rmsweb_kedro.tasks.benchmarks.submission import factual_actions, read_submission
 from tests.evaluate.conftest import RUBRIC, judge_model, request_text
 from tests.fixtures_web import chromium_available
 

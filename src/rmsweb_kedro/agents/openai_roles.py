@@ -140,7 +140,7 @@ class OpenAIReflector:
 # which encoding, what the judge is shown, how the reply is read); the prompt texts come from
 # :mod:`rmsweb_kedro.agents.judge_prompts` (the benchmark's own when fetched, else the project's wording).
 
-#: Where ``python -m rmsweb_kedro.benchmarks_data download`` puts the task files and ``prompts/``.
+#: Where ``python -m rmsweb_kedro.tasks.benchmarks download`` puts the task files and ``prompts/``.
 OFFICIAL_PROMPTS_DIR = "data/01_raw/benchmarks"
 
 
@@ -315,7 +315,7 @@ class WebJudge(EndpointJudge):
     2. every screenshot (JPEG, ``detail: high``) scored 1-5 against the task and key points; the pages scoring at
        least ``score_threshold`` are kept, with their reasoning, the *first* ``max_images`` of each;
     3. the outcome from the task, key points, the factual action history (never the agent's answer, stop or
-       unparsed output: :func:`~rmsweb_kedro.benchmarks_data.submission.factual_actions`) and the kept pages with
+       unparsed output: :func:`~rmsweb_kedro.tasks.benchmarks.submission.factual_actions`) and the kept pages with
        their reasons, or, when none was kept, the no-image prompt; success when "success" follows "status:".
 
     ``context["screenshots"]``: the episode's pages in order (start page, then after every action), as in its
@@ -348,7 +348,7 @@ class WebJudge(EndpointJudge):
     def judge(
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
     ) -> tuple[Verdict, Usage]:
-        from rmsweb_kedro.benchmarks_data.submission import factual_actions
+        from rmsweb_kedro.tasks.benchmarks.submission import factual_actions
 
         p = self.prompts
         usage = Usage()

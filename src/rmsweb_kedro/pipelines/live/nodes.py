@@ -17,12 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from rmsweb_kedro.agents.endpoint import Credentials, EndpointConfig
 from rmsweb_kedro.agents.factory import JudgeSpecConfig
 from rmsweb_kedro.agents.judges import judge_factory
-from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema
 from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy, success_summary
 from rmsweb_kedro.live import protocol_label, run_live
 from rmsweb_kedro.reporting import with_counts
 from rmsweb_kedro.rollouts import CriticalPoints, Journal, Roles, fingerprint
 from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame, trajectory_row
+from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class LiveParams(BaseModel):
     n_envs: int = Field(default=1, ge=1, description="browsers at once (threads, or Ray actors)")
     judge: EndpointConfig | None = None  # one OpenAI-compatible endpoint for every LLM judge
     judge_models: dict[str, str] = Field(default_factory=dict)  # judge kind -> model, same endpoint otherwise
-    official_prompts: str | None = "data/01_raw/benchmarks"  # where `benchmarks_data download` put prompts/
+    official_prompts: str | None = "data/01_raw/benchmarks"  # where `tasks.benchmarks download` put prompts/
     submission_schema: SubmissionSchema = "v1"  # Online-Mind2Web's result.json schema
     rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
     output_dir: str = "data/07_model_output/live"

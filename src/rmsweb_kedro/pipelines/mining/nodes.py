@@ -62,7 +62,7 @@ def probe_offline(corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any]) 
 
 
 def probe_online(
-    sandbox_tasks: pl.DataFrame,
+    tasks: pl.DataFrame,
     sft_states_train: pl.DataFrame,
     sft_states_probe: pl.DataFrame,
     sft_model: Any,
@@ -75,7 +75,7 @@ def probe_online(
     states and the rollouts' counts."""
     config = MiningParams.model_validate(params)
     references = corpus_states(sft_states_train, sft_states_probe)
-    return probing.probe_online(tasks_from_frame(sandbox_tasks), references, sft_model, config, rollouts)
+    return probing.probe_online(tasks_from_frame(tasks), references, sft_model, config, rollouts)
 
 
 def select_critical_states(
