@@ -93,6 +93,22 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     return versions
 
 
+def chromium_version() -> str:
+    """The version of the Chromium the browsers run (``RMSWEB_CHROMIUM`` or ``web.browser``'s default): the pages
+    it renders are the observations collected, so another build can collect other data."""
+    import os
+
+    from rmsweb_kedro.web.browser import BrowserConfig
+
+    path = os.environ.get("RMSWEB_CHROMIUM") or BrowserConfig().executable
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "not installed"
+    match = re.search(r"\d+(\.\d+)+", out)
+    return match.group(0) if match else "unknown"
+
+
 def cpu_model() -> tuple[str | None, list[str]]:
     """The CPU's model name and its SIMD instruction sets (``avx2``, ``avx512_bf16``, ``amx_tile``, ...) from
     ``/proc/cpuinfo``; ``(platform.processor() or None, [])`` where that file is absent (not Linux)."""
@@ -241,7 +257,7 @@ def start_manifest(
         env=env,
         git_commit=commit,
         git_dirty=dirty,
-        packages=package_versions(),
+        packages=package_versions() | {"chromium": chromium_version()},
         python=sys.version.split()[0],
         hardware=hardware(),
         seeds=seeds(parameters, read=read_parameters),

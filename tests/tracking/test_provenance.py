@@ -85,7 +85,11 @@ def test_hardware_names_the_cpu_its_instruction_sets_and_torchs_kernels():
     assert info["cpu_model"].startswith(model)
     assert info["torch_threads"] == torch.get_num_threads()
     assert info["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    markdown = manifest_markdown(start_manifest(Path("/"), {}, "kedro run", ["sft"]))
+    manifest = start_manifest(Path("/"), {}, "kedro run", ["sft"])
+    # the browser that renders the observations: Debian's chromium here (the tests' browser)
+    version = subprocess.run(["/usr/bin/chromium", "--version"], capture_output=True, text=True).stdout
+    assert manifest.packages["chromium"] in version and manifest.packages["chromium"].count(".") == 3
+    markdown = manifest_markdown(manifest)
     assert model in markdown and f"{info['torch_threads']} threads" in markdown and "avx2" in markdown
 
 
