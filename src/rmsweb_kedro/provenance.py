@@ -1,8 +1,9 @@
 """The run manifest: what a reader needs to trace a number back to the run that made it.
 
-A :class:`RunManifest` names the code (git commit, uncommitted changes), the packages (versions), the seeds (every
-``seed`` parameter), the checkpoints read or written (path and content hash), the judges whose verdicts the run's
-tables hold, the hardware, the Kedro command and the MLflow run id. ``hooks.TrackingHooks`` fills one per
+A :class:`RunManifest` names the code (git commit, uncommitted changes), the packages (versions, and the Chromium
+build), the seeds (every ``seed`` parameter the run's pipelines read), the checkpoints read or written (path and
+content hash), the judges whose verdicts the run's tables hold, the hardware (CPU model, instruction sets, torch's
+threads and kernels), the Kedro command and the MLflow run id. ``hooks.TrackingHooks`` fills one per
 ``kedro run`` and saves it as the ``run_manifest`` dataset; the report starts with :func:`manifest_markdown`.
 
 Secrets never enter a manifest (or MLflow): :func:`mask_secrets` replaces every value under a key that names a
