@@ -9,7 +9,8 @@ server, one request per state), greedy only (K = 0) and with K sampled replies, 
 
 Both policies prompt as SFT trained: the prompt of ``sft.training.prompt`` (``${globals:policy_prompt}``,
 conf/base/globals.yml), not ``PromptConfig()``'s defaults; scoring a checkpoint with another prompt than it was
-trained on measures the mismatch, not the model (step success 0.30 instead of 0.55 on the same 20 states).
+trained on measures the mismatch, not the model (issue 39: the default SFT checkpoint scored 0.30 step success
+with `PromptConfig()`, 0.55 with its own prompt, on the same 20 states).
 
 The local server generates one request at a time (a stand-in for vLLM's protocol, not for its batching), so here
 the ratio measures what the HTTP path costs on top of generation; against vLLM on a GPU, ``batch_size`` requests in
