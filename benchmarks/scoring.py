@@ -15,8 +15,9 @@ with `PromptConfig()`, 0.55 with its own prompt, on the same 20 states).
 The local server generates one request at a time (a stand-in for vLLM's protocol, not for its batching), so here
 the ratio measures what the HTTP path costs on top of generation; against vLLM on a GPU, ``batch_size`` requests in
 flight are batched by the server. Timings on a shared machine are noisy: compare the two kinds of one run.
-Measured 2026-12-03 here (2 loaded cores, 1 torch thread, fresh tiny model, 8 states, 24 new tokens): greedy
-2.14 states/s in process vs 0.60 served (3.6x); K = 2: 1.09 vs 0.19 (5.8x); the greedy replies were identical.
+Measured 2026-12-03 here, still with ``PromptConfig()`` (2 loaded cores, 1 torch thread, fresh tiny model, 8 states,
+24 new tokens): greedy 2.14 states/s in process vs 0.60 served (3.6x); K = 2: 1.09 vs 0.19 (5.8x); the greedy replies
+were identical.
 """
 
 from __future__ import annotations
