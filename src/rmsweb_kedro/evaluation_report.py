@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.evaluation import Claim, EvaluateParams, paired_outcomes
+from rmsweb_kedro.evaluation import Claim, EvaluateParams, distinct_episodes, paired_outcomes
 from rmsweb_kedro.mining import EpisodeFailure, classify_episode
 from rmsweb_kedro.reporting import (
     BOOTSTRAP_INTERVAL,
@@ -110,13 +110,18 @@ def paired_points(
 
 
 def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: EvaluateParams) -> Measure:
-    """% fewer steps ``first`` takes than ``second`` on the (task, run) pairs both solved online, ``100 (1 −
+    """% fewer steps ``first`` takes than ``second`` on the (task, run) pairs both solved online (greedy repeats
+    once: :func:`~rmsweb_kedro.evaluation.distinct_episodes`), ``100 (1 −
     mean(first) / mean(second))`` (:func:`~rmsweb_kedro.reporting.steps_saved_pct`), with a paired bootstrap
     interval over those pairs (``bootstrap_resamples`` resamples, seeded with ``seed``)."""
-    won = episodes.filter(pl.col("success").fill_null(False)).select("model", "task_id", "run", "n_steps")
+    greedy = ["greedy"] if "greedy" in episodes.columns else []
+    won = episodes.filter(pl.col("success").fill_null(False)).select(
+        "model", "task_id", "run", "n_steps", *greedy
+    )
     pairs = won.filter(pl.col("model") == first).join(
         won.filter(pl.col("model") == second), on=["task_id", "run"], suffix="_b"
     )
+    pairs = distinct_episodes(pairs, ("n_steps", "n_steps_b"))  # greedy repeats: one pair, not one a run
     what = f"steps on the sandbox tasks both {first} and {second} solved online, % fewer for {first}"
     if pairs.is_empty():
         return Measure(None, f"{what}: not measured (no task solved by both)", n=0)

@@ -437,7 +437,9 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     markdown = catalog.load("evaluation_report")
     assert "| rmsweb | 3 | 100 | 100 | 100 | 100 | 0 |" in markdown  # offline rates in %
     assert "RMSWeb beats SFT | +2.4 to +7.0 | 25 |" in markdown  # 75% - 50%
-    assert "| sft | 8 | 0 | 8 | 4/8 | 50 |" in markdown  # every online rate states its k/n (8 distinct: not greedy)
+    assert (
+        "| sft | 8 | 0 | 8 | 4/8 | 50 |" in markdown
+    )  # every online rate states its k/n (8 distinct: not greedy)
     assert "### Steps on solved tasks" in markdown
     assert "![success_vs_cost](evaluate/success_vs_cost.png)" in markdown
     page = catalog.load("evaluation_report_html")
@@ -565,6 +567,10 @@ def test_greedy_repeats_are_one_episode_in_the_interval_and_the_paired_test():
     assert (summary["success_low"], summary["success_high"]) == pytest.approx((0.09746, 0.56566), abs=1e-4)
     # pairs: t0, t1 (won by sft alone), t2 twice (sft alone in run 0; neither in runs 1-2), t3-t9 (neither)
     assert evaluation.paired_outcomes(pl.concat([sft, base]), "sft", "base") == (0, 3, 0, 8)
+    # steps saved: rmsweb takes 3 steps wherever sft solved in 4 (t0, t1 every run, t2 in run 0): 3 pairs, not 7
+    rmsweb = sft.with_columns(model=pl.lit("rmsweb"), n_steps=pl.lit(3, pl.Int32))
+    saved = report.online_steps_saved(pl.concat([rmsweb, sft]), "rmsweb", "sft", evaluation.EvaluateParams())
+    assert saved.n == 3 and saved.value == pytest.approx(25.0)
 
     sampled = sft.with_columns(greedy=pl.lit(False))
     summary = evaluation.success_summary(sampled, 0.95)
