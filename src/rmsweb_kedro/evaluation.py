@@ -19,7 +19,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.endpoint import EndpointConfig
-from rmsweb_kedro.agents.factory import PolicySpec
+from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
 from rmsweb_kedro.reporting import wilson_interval
 from rmsweb_kedro.schema import draw_states, trajectory_row
 from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
@@ -54,6 +54,9 @@ class OnlineParams(_Params):
         ge=1,
         description="browsers (params:rollouts backend; sampled runs are reproducible with 1 only)",
     )
+    #: the judge of tasks without a programmatic checker (agents.judges: sandbox tasks keep the sandbox checker
+    #: unless this names an LLM judge); an LLM judge needs its endpoint (the API key from ``api_key_env``)
+    judge: JudgeSpecConfig = Field(default_factory=JudgeSpecConfig)
 
 
 class CostModel(_Params):
@@ -267,26 +270,26 @@ def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
 
 
 def run_online(
-    sandbox_tasks: pl.DataFrame,
+    tasks: pl.DataFrame,
     model: Any,
     config: EvaluateParams,
     model_name: str,
     rollouts: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
-    """``online.runs`` runs of the model on the chosen sandbox tasks in real Chromium; one row per episode.
+    """``online.runs`` runs of the model on the chosen tasks (of the ``tasks`` table) in real Chromium; one row per episode.
 
     Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (``online.n_envs`` browsers on the
     ``rollouts`` backend), never on the calling thread, so a Playwright session it may hold never collides."""
-    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.agents.judges import judge_factory
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
     from rmsweb_kedro.schema import tasks_from_frame
 
     online = config.online
     if not online.enabled:
         return pl.DataFrame(schema=EPISODE_SCHEMA)
-    tasks = select_online_tasks(tasks_from_frame(sandbox_tasks), online, config.seed)
-    if not tasks:
-        logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)
+    chosen = select_online_tasks(tasks_from_frame(tasks), online, config.seed)
+    if not chosen:
+        logger.warning("online %s: no task in splits %s", model_name, online.splits)
         return pl.DataFrame(schema=EPISODE_SCHEMA)
     policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
     episodes = [
@@ -299,11 +302,11 @@ def run_online(
             metadata={"run": run},
         )
         for run in range(online.runs)
-        for position, task in enumerate(tasks)
+        for position, task in enumerate(chosen)
     ]
     trajectories = run_rollouts(
         episodes,
-        Roles(agent=_seeded(policy), judge=lambda server: SandboxJudge(server.session_state)),
+        Roles(agent=_seeded(policy), judge=judge_factory(online.judge)),
         rollouts,
         browsers=online.n_envs,
         browser={"headless": online.headless},
@@ -439,10 +442,12 @@ def distinct_episodes(judged: pl.DataFrame, outcomes: tuple[str, ...] = ("succes
 
 
 def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]:
-    """Success rate over judged episodes (environment failures left out: the mean over runs) with its Wilson
-    interval over the distinct episodes (:func:`distinct_episodes`: greedy repeats of a task count once, so three
-    greedy runs do not narrow it), the spread of the per-run rates, and the steps, tokens, cost and wall time per
-    task; episodes stopped at a critical point (live sites) are judged as any other and also counted apart."""
+    """Success rate over judged episodes (the mean over runs) with its Wilson interval over the distinct episodes
+    (:func:`distinct_episodes`: greedy repeats of a task count once, so three greedy runs do not narrow it), the
+    spread of the per-run rates, and the steps, tokens, cost and wall time per task. ``env_errors``: the episodes
+    not judged, the environment's (a crash, a site that blocked the browser, a judge that could not judge), of which
+    ``blocked`` and ``judge_errors`` say how many were which; episodes stopped at a critical point (live sites) are
+    judged as any other and also counted apart."""
     judged = episodes.filter(pl.col("success").is_not_null())
     wins = int(judged["success"].sum()) if judged.height else 0
     distinct = distinct_episodes(judged)
@@ -454,6 +459,8 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
     return {
         "episodes": episodes.height,
         "env_errors": episodes.height - judged.height,
+        "blocked": int((episodes["termination"] == "blocked").sum()),
+        "judge_errors": int((episodes["termination"] == "judge_error").sum()),
         "critical_points": int((episodes["termination"] == "critical_point").sum()),
         "distinct_episodes": distinct.height,
         "success_rate": wins / judged.height if judged.height else None,
@@ -508,7 +515,8 @@ def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
             for (group,), part in sorted(mine.group_by(by), key=lambda item: str(item[0][0])):
                 summary = success_summary(part, confidence)
                 rows.append(
-                    {"model": model, "by": by, "group": str(group), "episodes": summary["episodes"]}
+                    {"model": model, "by": by, "group": str(group)}
+                    | {k: summary[k] for k in ("episodes", "env_errors", "blocked", "judge_errors")}
                     | {
                         k: summary[k]
                         for k in ("success_rate", "success_low", "success_high", "steps_on_solved")
@@ -521,6 +529,9 @@ def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
             "by": pl.String,
             "group": pl.String,
             "episodes": pl.Int64,
+            "env_errors": pl.Int64,
+            "blocked": pl.Int64,
+            "judge_errors": pl.Int64,
             "success_rate": pl.Float64,
             "success_low": pl.Float64,
             "success_high": pl.Float64,
@@ -546,7 +557,8 @@ def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, confidence: fl
 COMPARISON_SCHEMA = pl.Schema(
     {"model": pl.String, "n_states": pl.Int64}
     | dict.fromkeys(STEP_METRICS, pl.Float64)
-    | {"episodes": pl.Int64, "env_errors": pl.Int64, "distinct_episodes": pl.Int64}
+    | {"episodes": pl.Int64, "env_errors": pl.Int64, "blocked": pl.Int64, "judge_errors": pl.Int64}
+    | {"distinct_episodes": pl.Int64}
     | dict.fromkeys(
         [
             "success_rate",

@@ -55,12 +55,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge, Reflector
-from rmsweb_kedro.schema import CollectionMode, Observation, Task, Trajectory
+from rmsweb_kedro.schema import ENV_TERMINATIONS, CollectionMode, Observation, Task, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class RolloutConfig(BaseModel):
     #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``); on Ray an
     #: actor still busy ``HANG_GRACE_S`` past it is killed and the episode retried as an environment error.
     episode_time_limit_s: float | None = Field(default=None, gt=0)
+    #: Open web: tries of an episode restarted after the site refused the browser (a captcha or anti-bot page,
+    #: HTTP 403/429, a login wall) before it ends ``blocked``, an environment outcome counted apart.
+    block_retries: int = Field(default=1, ge=0)
 
 
 # ---------------------------------------------------------------- critical points
@@ -126,6 +130,15 @@ class CriticalPoints(BaseModel):
     def _pattern(self, words: list[str]) -> re.Pattern[str]:
         alternatives = "|".join(re.escape(w.lower()).replace(r"\ ", r"\s+") for w in words)
         return re.compile(rf"\b(?:{alternatives})\b")
+
+    def in_text(self, text: str) -> str | None:
+        """Why a task text asks for a critical step (the task proposer drops such tasks), or None."""
+        lowered = text.lower()
+        if match := self._pattern(self.personal_data_words).search(lowered):
+            return f'asks for personal data ("{match.group(0)}")'
+        if match := self._pattern(self.commit_words).search(lowered):
+            return f'asks for an irreversible step ("{match.group(0)}")'
+        return None
 
     def __call__(self, action: Action, observation: Observation) -> str | None:
         """Why ``action`` on this page is a critical point, or None."""
@@ -241,6 +254,7 @@ class EpisodeSettings:
     max_unparsed: int = 3
     time_limit_s: float | None = None
     critical: CriticalPoints | None = None
+    block_retries: int | None = None  # None: params:rollouts' block_retries
 
 
 # ---------------------------------------------------------------- the journal
@@ -353,6 +367,7 @@ class EpisodeWorker:
             metadata=spec.metadata,
             time_limit_s=self.settings.time_limit_s,
             critical=self.settings.critical,
+            block_retries=1 if self.settings.block_retries is None else self.settings.block_retries,
         )
         trajectory.metadata["wall_s"] = time.perf_counter() - started
         if spec.reflect and trajectory.success is False and self.reflector is not None:
@@ -625,8 +640,9 @@ def run_rollouts(
     """Run every item's episodes on ``browsers`` browsers; returns, per item, its trajectories in attempt order
     (journaled ones included, so a resumed run returns what a fresh one would).
 
-    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the tasks are sandbox tasks, served
-    with this world seed. ``progress``: the bar's label (None: no bar). Raises :class:`RolloutError` after the
+    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the world seed sandbox tasks are
+    served with (the server starts only when an episode to run needs it: :func:`_needs_sandbox`). ``progress``: the
+    bar's label (None: no bar). Raises :class:`RolloutError` after the
     run when an episode's code raised (the other episodes finished and were journaled)."""
     from tqdm.auto import tqdm
 
@@ -634,6 +650,8 @@ def run_rollouts(
     settings = settings or EpisodeSettings()
     if config.episode_time_limit_s is not None and settings.time_limit_s is None:
         settings = dataclasses.replace(settings, time_limit_s=config.episode_time_limit_s)
+    if settings.block_retries is None:
+        settings = dataclasses.replace(settings, block_retries=config.block_retries)
     chains = [item if isinstance(item, Attempts) else Attempts.of(item) for item in items]
     done = journal.load() if journal is not None else {}
     results: list[list[Trajectory]] = [[] for _ in chains]
@@ -661,6 +679,8 @@ def run_rollouts(
     failures: list[tuple[EpisodeSpec, BaseException]] = []
     if waiting:
         n = max(1, min(browsers, len(waiting)))
+        if not any(_needs_sandbox(spec.task) for _, spec, _ in waiting):
+            sandbox_seed = None  # no task left that the sandbox serves: no sandbox server
         pool: Any = (
             _RayPool(n, roles, browser, settings, sandbox_seed, config)
             if config.backend == "ray"
@@ -715,6 +735,15 @@ def run_rollouts(
     return results
 
 
+def _needs_sandbox(task: Task) -> bool:
+    """A sandbox task, or a task whose start page is on the sandbox's hosts (its sites reached by URL as unknown
+    websites: no checker, an LLM judge): only the sandbox server answers there."""
+    from rmsweb_kedro.web.sandbox.server import DOMAIN
+
+    host = (urlsplit(task.start_url).hostname or "").lower()
+    return task.source == "sandbox" or host == DOMAIN or host.endswith("." + DOMAIN)
+
+
 def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
     """The record of an episode whose worker kept dying: no steps, no verdict."""
     return Trajectory(
@@ -732,6 +761,6 @@ def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
 
 
 def _outcome(trajectory: Trajectory) -> str:
-    if trajectory.termination in ("env_error", "critical_point"):
+    if trajectory.termination in (*ENV_TERMINATIONS, "critical_point"):
         return trajectory.termination
     return "success" if trajectory.success else "failure"

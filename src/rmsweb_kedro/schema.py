@@ -25,16 +25,32 @@ from rmsweb_kedro.actions import (
     parse_action,
 )
 
-TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user"]
+#: ``file``: a task file a researcher brings (tasks/files.py); ``proposed``: written by the task proposer.
+TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user", "file", "proposed"]
 Level = Literal["easy", "medium", "hard"]
 Split = Literal["train", "val", "test"]
 JudgeKind = Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer", "none"]
 CollectionMode = Literal["single", "independent_retries", "reflection_retries", "policy", "user"]
 #: ``time_limit``: the attempt's wall time ran out; ``critical_point``: a live episode stopped before an irreversible
-#: step (paying, submitting personal data, sending a message), counted apart in summaries.
+#: step (paying, submitting personal data, sending a message), counted apart in summaries. Three ends are the
+#: environment's, never judged as the agent's: ``env_error`` (a crash or timeout that persisted), ``blocked`` (the
+#: site refused the browser: a captcha or anti-bot page, HTTP 403/429 on the page, a login wall; the kind in
+#: ``metadata["blocked"]``) and ``judge_error`` (the judge could not judge: ``metadata["judge_error"]``).
 Termination = Literal[
-    "stop", "answer", "max_steps", "env_error", "model_error", "time_limit", "critical_point"
+    "stop",
+    "answer",
+    "max_steps",
+    "env_error",
+    "model_error",
+    "time_limit",
+    "critical_point",
+    "blocked",
+    "judge_error",
 ]
+#: The ends that are the environment's: no verdict, ``success`` null, counted apart in every summary.
+ENV_TERMINATIONS = ("env_error", "blocked", "judge_error")
+#: What blocked a browser (``Observation.blocked``, ``metadata["blocked"]`` of a ``blocked`` trajectory).
+BlockKind = Literal["captcha", "http_403", "http_429", "login_wall"]
 
 #: Online-Mind2Web's difficulty bands by reference length (steps).
 LEVEL_BOUNDS = {"easy": (1, 5), "medium": (6, 10), "hard": (11, 10_000)}
@@ -98,6 +114,8 @@ class Observation(_Record):
     tabs: list[str] = Field(default_factory=list)
     error: str | None = None  # the last action's error, if any (never an exception)
     env_error: bool = False  # True when the environment itself failed (crash, timeout), not the agent
+    #: The site refused the browser on this page (web.browser detects it): the episode ends ``blocked``.
+    blocked: BlockKind | None = None
 
 
 class Usage(_Record):
@@ -243,10 +261,10 @@ def trajectory_fault(trajectory: Trajectory) -> tuple[str, str] | None:
     success = t.success if t.success is not None else (t.verdict.success if t.verdict else None)
     if success and not steps:
         return "steps", "the trajectory is marked successful but has no steps: a success is reached by acting"
-    if t.termination == "env_error" and (t.success is not None or t.verdict is not None):
+    if t.termination in ENV_TERMINATIONS and (t.success is not None or t.verdict is not None):
         return "termination", (
-            "termination env_error (the environment failed) carries a success or a verdict: an environment "
-            "failure is never the agent's success or failure (success and verdict must be null)"
+            f"termination {t.termination} (the environment's end) carries a success or a verdict: an environment "
+            "outcome is never the agent's success or failure (success and verdict must be null)"
         )
     for step in steps[:-1]:
         if step.action is not None and step.action.type in _ENDING:
@@ -261,7 +279,8 @@ def trajectory_fault(trajectory: Trajectory) -> tuple[str, str] | None:
             f"termination is {t.termination!r} but the last step's action is "
             f"{format_action(last) if last else 'missing'}: an episode ends by {t.termination} with that action"
         )
-    if ending is not None and t.termination not in (None, ending):
+    # a judge_error (or blocked) record keeps the agent's steps, its own end in metadata: any last action fits
+    if ending is not None and t.termination not in (None, ending, *ENV_TERMINATIONS):
         return "termination", (
             f"the last step's action {format_action(last)} ends the episode by {ending}, but termination is "
             f"{t.termination!r}"
@@ -384,6 +403,7 @@ def trajectory_row(trajectory: Trajectory, source_file: str | None = None) -> di
         "judge_reason": verdict.reason if verdict else None,
         "termination": trajectory.termination,
         "critical_point": trajectory.metadata.get("critical_point"),
+        "blocked": trajectory.metadata.get("blocked"),
         "n_steps": len(trajectory.steps),
         "prompt_tokens": trajectory.usage.prompt_tokens,
         "completion_tokens": trajectory.usage.completion_tokens,

@@ -206,7 +206,14 @@ def test_good_file_is_accepted_with_relative_screenshots(root):
         (
             json.dumps(record("t9", success=False, termination="env_error")).encode(),
             "termination",
-            "environment failure is never the agent's",
+            "environment outcome is never the agent's",
+        ),
+        (
+            json.dumps(
+                record("t9", success=None, verdict={"success": False}, termination="blocked")
+            ).encode(),
+            "termination",
+            "termination blocked (the environment's end) carries a success or a verdict",
         ),
         (
             json.dumps(
@@ -259,6 +266,7 @@ def test_good_file_is_accepted_with_relative_screenshots(root):
         "verdict-success-without-steps",
         "success-contradicts-verdict",
         "env-error-with-outcome",
+        "blocked-with-outcome",
         "steps-after-answer",
         "termination-answer-without-answer",
         "answer-with-other-termination",
@@ -274,6 +282,20 @@ def test_bad_line_is_quarantined_and_the_rest_accepted(root, bad_line, field, re
     assert row["record_id"] == ("t9" if b'"t9"' in bad_line else None)
     assert row["raw"] == bad_line.decode("utf-8", "replace")
     assert report["records_in"] == 3 and report["accepted"] == 2 and report["quarantined"] == 1
+
+
+def test_environment_ends_keep_the_agents_steps(root):
+    """A judge that could not judge keeps the agent's steps (ending in its answer): termination judge_error, no
+    success, no verdict, is a valid record."""
+    write(
+        root,
+        "run/a.jsonl",
+        record("t1", success=None, termination="judge_error"),
+        record("t2", termination="answer"),
+    )
+    trajectories, _, quarantine, report = ingest(root)
+    assert trajectories["termination"].to_list() == ["judge_error", "answer"] and quarantine.height == 0
+    assert report["accepted"] == 2
 
 
 def test_byte_order_mark_and_windows_line_ends_are_accepted(root):
