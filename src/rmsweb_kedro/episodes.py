@@ -49,11 +49,11 @@ class EnvironmentFailure(RuntimeError):
 
 class Blocked(RuntimeError):
     """The site refused the browser (raised inside an attempt, then retried); ``kind``: an ``Observation.blocked``,
-    ``steps``: the try's steps up to the blocked page."""
+    ``run``: the try so far (its steps up to the blocked page, the agent's usage and cost)."""
 
-    def __init__(self, kind: str, url: str, steps: list[Step]):
+    def __init__(self, kind: str, url: str, run: _Try):
         super().__init__(f"{kind} at {url}")
-        self.kind, self.url, self.steps = kind, url, steps
+        self.kind, self.url, self.run = kind, url, run
 
 
 def final_answer(steps: list[Step]) -> str | None:
@@ -69,11 +69,11 @@ def _relative(path: str | None, root: Path | None) -> str | None:
     return None if rel.startswith("..") else Path(rel).as_posix()
 
 
-def _checked(observation: Observation, doing: str, steps: list[Step]) -> Observation:
+def _checked(observation: Observation, doing: str, run: _Try) -> Observation:
     if observation.env_error:
         raise EnvironmentFailure(f"{doing}: {observation.error or 'environment error'}")
     if observation.blocked:
-        raise Blocked(observation.blocked, observation.url, steps)
+        raise Blocked(observation.blocked, observation.url, run)
     return observation
 
 
@@ -111,9 +111,9 @@ def _play(
         observation = env.reset(task, screenshot_dir=str(shots))
     except Exception as err:  # a crashed browser or server: the environment's failure, never the agent's
         raise EnvironmentFailure(f"reset: {type(err).__name__}: {err}") from err
-    observation = _checked(observation, "reset", [])
-    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     run = _Try(screenshots=[observation.screenshot] if observation.screenshot else [])
+    observation = _checked(observation, "reset", run)
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     steps = run.steps
     unparsed_in_a_row = 0
     while len(steps) < max_steps:
@@ -154,7 +154,7 @@ def _play(
             observation = env.step(decision.action)
         except Exception as err:
             raise EnvironmentFailure(f"step {step.index}: {type(err).__name__}: {err}") from err
-        observation = _checked(observation, f"step {step.index} {decision.action}", steps)
+        observation = _checked(observation, f"step {step.index} {decision.action}", run)
         if observation.screenshot:
             run.screenshots.append(observation.screenshot)
         step.error = step.error or observation.error
@@ -238,7 +238,8 @@ def run_episode(
             except Blocked as block:
                 logger.warning("%s attempt %d: blocked (%s)", task.id, attempt, block)
                 blocks.append(str(block))
-                record.steps, record.metadata["blocked"] = block.steps, block.kind
+                record.steps, record.metadata["blocked"] = block.run.steps, block.kind
+                record.usage, record.cost_usd = block.run.usage, block.run.cost
                 continue
             steps = run.steps
             context = {
@@ -266,7 +267,7 @@ def run_episode(
             ended = "blocked" if len(blocks) > block_retries else "env_error"
             record.termination, record.success, record.verdict = ended, None, None
             if ended == "env_error":
-                record.steps = []
+                record.steps, record.usage, record.cost_usd = [], Usage(), 0.0
                 record.metadata.pop("blocked", None)
         if env_errors:
             record.metadata["env_errors"] = env_errors
