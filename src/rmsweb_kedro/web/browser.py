@@ -542,6 +542,7 @@ class BrowserEnv:
             elements=elements,
             screenshot=screenshot,
             tabs=tabs,
+            scroll=tuple(snapshot.get("scroll", (0.0, 0.0))),
         )
 
     def _capture(self, path: Path) -> None:
