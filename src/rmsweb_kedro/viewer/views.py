@@ -367,6 +367,9 @@ def _attempt(run: Run, row: dict[str, Any]) -> dict[str, Any]:
     if trajectory.success:
         shortened = _shortened(run, trajectory.id, prefix)
         kept = {(s.screenshot.url, s.action, s.url) for s in shortened}
+        boxes = {(v.screenshot.url, v.action, v.url): v.box for v in steps}  # the steps table has no boxes
+        for view in shortened:
+            view.box = boxes.get((view.screenshot.url, view.action, view.url))
         for view in steps:
             view.removed = bool(shortened) and (view.screenshot.url, view.action, view.url) not in kept
     return {
