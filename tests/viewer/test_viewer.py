@@ -140,7 +140,16 @@ def test_every_tab_opens_with_this_runs_rows(page, viewer, run_dir):
     assert page.locator("table.rows a").count() == min(critical.height, 50) > 0
     page.goto(f"{viewer}/salvage")
     metrics = pl.read_parquet(run_dir / "data/08_reporting/salvage_ds/metrics.parquet")
-    assert page.locator("table.rows tr").count() == metrics.height + 1  # header
+    tables = page.locator("table.rows")
+    assert tables.nth(0).locator("tr").count() == metrics.height + 1  # header
+    # every sampled group, with the gate's decision; per batch they add up to the update's logged counts
+    groups = pl.read_ndjson(run_dir / "data/06_models/salvage_ds_run/groups.jsonl")
+    assert tables.nth(1).locator("tr").count() == groups.height + 1 > 1
+    assert set(groups["decision"]) <= {"accepted", "anchored", "rejected", "surplus"}
+    for (batch,), mine in groups.group_by("batch"):
+        update = metrics.filter(pl.col("step") == batch + 1).row(0, named=True)  # updates_per_batch 1
+        assert mine.height == update["train/groups"]
+        assert mine["decision"].is_in(["accepted", "anchored"]).sum() == update["train/trained_groups"]
     page.goto(f"{viewer}/evaluation")
     assert (
         page.locator("table.rows tr").count() - 1 == pl.read_parquet(run_dir / EPISODES)["task_id"].n_unique()

@@ -201,7 +201,7 @@ def create_app(run: Run) -> Starlette:
         found = views.salvage(run)
         report = json.dumps(found["report"], indent=2) if found["report"] is not None else None
         return page(request, "salvage", "salvage", "Salvage-DS: updates", metrics=found["metrics"], report=report,
-                    groups=found["groups"])  # fmt: skip
+                    groups=found["groups"], group_log=found["group_log"])  # fmt: skip
 
     @guarded("live", "Live")
     def live(request: Request) -> Response:

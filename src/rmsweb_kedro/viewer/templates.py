@@ -32,7 +32,7 @@ BASE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }} - 
 MACROS = """
 {% macro shot(s, box=None, typed=None) -%}
 {% if s.url %}<figure class="shot"><div class="frame">
-<img src="{{ src(s) }}" width="{{ s.width }}" height="{{ s.height }}" loading="lazy" alt="screenshot">
+<img src="{{ src(s) }}" width="{{ s.width }}" height="{{ s.height }}" loading="{{ 'eager' if export else 'lazy' }}" alt="screenshot">
 {% if box %}<div class="target" data-box="{{ box|join(',') }}" style="left:{{ 100*box[0]/s.width }}%;top:{{ 100*box[1]/s.height }}%;width:{{ 100*box[2]/s.width }}%;height:{{ 100*box[3]/s.height }}%"></div>
 {% if typed %}<div class="typed" style="left:{{ 100*box[0]/s.width }}%;top:{{ 100*(box[1]+box[3])/s.height }}%">typed: {{ typed }}</div>{% endif %}{% endif %}
 </div></figure>{% else %}<div class="placeholder screenshot-missing">{{ s.problem }}</div>{% endif %}
@@ -125,7 +125,7 @@ MINING_STATE = """{% extends "base" %}{% import "macros" as m with context %}{% 
 SALVAGE = """{% extends "base" %}{% import "macros" as m with context %}{% block body %}
 {% if report %}<details><summary>report</summary><pre>{{ report }}</pre></details>{% endif %}
 <h3>per update</h3>{% if metrics is not none %}{{ m.frame_table(metrics) }}{% else %}<p class="not-in-run">salvage_ds_metrics: not in this run</p>{% endif %}
-<h3>groups</h3>{% if groups is not none %}{{ m.frame_table(groups) }}{% else %}<p class="not-in-run">per-group records (rewards, the gate's decision and reason, anchored): not kept by this run; the per-update counts above say how many groups were accepted, rejected by reason and anchored.</p>{% endif %}
+<h3>groups (batch k feeds updates k&middot;&mu; to k&middot;&mu; + &mu; - 1)</h3>{% if groups is not none %}{{ m.frame_table(groups, {}, ['decision']) }}{% else %}<p class="not-in-run">per-group records (rewards, the gate's decision and reason, anchored): not kept by this run (no {{ group_log }}); the per-update counts above say how many groups were accepted, rejected by reason and anchored.</p>{% endif %}
 {% endblock %}"""
 
 LIVE = """{% extends "base" %}{% import "macros" as m with context %}{% block body %}{{ m.frame_table(rows, links) }}{% endblock %}"""
@@ -147,7 +147,9 @@ TEMPLATES = {
 
 
 def outcome_class(value: object) -> str:
-    """The colour of an outcome cell: success, failure, or an environment's end (anything else)."""
+    """The colour of an outcome cell: success, failure, or an environment's end (anything else); a Salvage-DS
+    group: accepted as a success, rejected as a failure."""
+    value = {"accepted": "success", "rejected": "failure"}.get(str(value), value)
     if value in ("success", "failure"):
         return str(value)
     return "env" if value else ""

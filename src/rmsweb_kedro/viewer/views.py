@@ -473,11 +473,28 @@ def mining_state(run: Run, state_id: str) -> dict[str, Any] | None:
 
 def salvage(run: Run) -> dict[str, Any]:
     """Per update: the metrics the loop logged (groups sampled, accepted, rejected by reason, anchored, rewards);
-    the per-group records when the run kept them (``salvage_ds_groups``)."""
+    and every sampled group (its samples, rewards, the gate's decision and reason), from the group log the training
+    writes under ``salvage_ds.loop.output_dir`` (``training.salvage_ds.GROUP_LOG``, not imported: it loads torch)."""
     metrics = run.scan("salvage_ds_metrics")
-    groups = run.scan("salvage_ds_groups")
+    loop = (run.params.get("salvage_ds") or {}).get("loop") or {}
+    log = run._path(loop.get("output_dir") or "data/06_models/salvage_ds_run") / "groups.jsonl"
+    groups = None
+    if log.exists():
+        mu = int(loop.get("updates_per_batch") or 1)
+        groups = (
+            pl.scan_ndjson(log)
+            .with_columns(
+                (pl.col("batch") * mu).alias("first update"),
+                pl.col("samples").list.join(" | "),
+                pl.col("rewards").cast(pl.List(pl.String)).list.join(" "),
+            )
+            .sort("batch", "rank", "round", maintain_order=True)
+            .head(2000)
+            .collect()
+        )
     return {
         "metrics": metrics.collect() if metrics is not None else None,
         "report": run.json("salvage_ds_report"),
-        "groups": groups.collect() if groups is not None else None,
+        "groups": groups,
+        "group_log": log,
     }
