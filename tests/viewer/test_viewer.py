@@ -122,9 +122,9 @@ def page(viewer):
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=30) as response:
-            return response.status, response.read().decode()
+            return response.status, response.read().decode(errors="replace")
     except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+        return err.code, err.read().decode(errors="replace")
 
 
 # ---------------------------------------------------------------- tabs
