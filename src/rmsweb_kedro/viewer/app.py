@@ -186,6 +186,7 @@ def create_app(run: Run) -> Starlette:
             request, "mining", "mining", "Mining: critical states", rows=rows, total=total, page=current,
             size=views.PAGE_SIZE, link=linker("/mining", request), table=table, mode=mode,
             links={"state_id": lambda row: f"/mining/state?{urlencode({'id': row['state_id']})}"},
+            rollouts=(run.json("mining_online_rollouts") or {}).get("episodes", []),
         )  # fmt: skip
 
     @guarded("mining", "Mining")

@@ -111,7 +111,10 @@ COLLECTION_TASK = """{% extends "base" %}{% import "macros" as m with context %}
 
 MINING = """{% extends "base" %}{% import "macros" as m with context %}{% block body %}<p>from <code>{{ table }}</code></p>
 <form method="get" action="/mining">failure mode <input name="mode" value="{{ mode or '' }}"><button type="submit">filter</button></form>
-{{ m.pager(page, total, size, link) }}{{ m.frame_table(rows, links) }}{% endblock %}"""
+{{ m.pager(page, total, size, link) }}{{ m.frame_table(rows, links) }}
+{% if rollouts %}<h3>online rollouts of the SFT policy</h3><ul class="rollouts">{% for r in rollouts %}
+<li><a href="/episode?stage=mining&amp;id={{ r.trajectory_id|urlencode }}">{{ r.trajectory_id }}</a>: {{ 'success' if r.success else ('failure' if r.success is false else r.termination) }}, {{ r.n_steps }} steps</li>{% endfor %}</ul>{% endif %}
+{% endblock %}"""
 
 MINING_STATE = """{% extends "base" %}{% import "macros" as m with context %}{% block body %}
 <p><a class="permalink" href="/mining/state?id={{ s.state_id|urlencode }}">link to this state</a> (from <code>{{ table }}</code>)</p>
