@@ -188,10 +188,15 @@ def test_a_mined_state_shows_samples_with_rewards_and_competence(page, viewer, r
     assert str(state["in_sft"]) in facts
     rewards = [float(r) for r in page.locator("table.samples tr td:nth-child(2)").all_inner_texts()]
     assert len(rewards) == state["n_samples"] == len(state["sampled_actions"])
-    right = sum(r > 0 for r in rewards)
-    assert right / len(rewards) == pytest.approx(
-        state["competence"]
-    )  # the polarized rewards agree with competence
+    right = sum(r > 0 for r in rewards)  # the polarized rewards agree with the competence
+    assert right / len(rewards) == pytest.approx(state["competence"])
+    # the online rollouts the states came from, step by step
+    rollouts = pl.read_parquet(run_dir / "data/07_model_output/mining/online_steps.parquet")
+    rollout = rollouts["trajectory_id"][0]
+    page.goto(f"{viewer}/mining")
+    page.get_by_role("link", name=rollout, exact=True).click()
+    listed = page.locator("p", has_text="all steps:").locator("a").all_inner_texts()
+    assert len(listed) == rollouts.filter(pl.col("trajectory_id") == rollout).height
 
 
 # ---------------------------------------------------------------- evaluation
