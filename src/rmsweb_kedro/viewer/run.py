@@ -14,13 +14,13 @@ import polars as pl
 
 logger = logging.getLogger(__name__)
 
-#: The tables each tab reads (catalog names); a tab whose tables are all missing says "not in this run".
+#: The tables whose presence says a stage ran (catalog names); a tab with none of them says "not in this run".
 TABLES = {
-    "collection": ("collection_log", "steps", "shortened_steps"),
-    "mining": ("critical_states", "mining_offline_probes", "mining_online_probes", "mining_online_steps"),
-    "salvage_ds": ("salvage_ds_metrics", "salvage_ds_report"),
-    "evaluation": ("online_episodes", "online_steps", "sandbox_tasks"),
-    "live": ("live_results", "live_steps"),
+    "collection": ("collection_log",),
+    "mining": ("critical_states", "mining_offline_probes", "mining_online_probes"),
+    "salvage_ds": ("salvage_ds_metrics",),
+    "evaluation": ("online_episodes",),
+    "live": ("live_results",),
 }
 
 
