@@ -8,7 +8,7 @@ default, and the held-out ones it names). Each segment resumes the previous one 
 and online scoring are the evaluate stage's own (``evaluation.predict_offline``/``offline_metrics``,
 ``evaluation.run_online``). Prints one row a point and writes a plot and a CSV.
 
-    kedro run --pipelines sandbox,collect,trajectories,sft_data,sft   # the data and the base model
+    kedro run --pipelines tasks,collect,trajectories,sft_data,sft   # the data and the base model
     .venv/bin/python benchmarks/sft_online_vs_minutes.py --minutes 4 8 12 16 --max-steps 3200
 
 Run it from the project root on an otherwise idle machine: a point's minutes are wall-clock training time.

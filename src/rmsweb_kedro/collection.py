@@ -119,13 +119,14 @@ def collect(
 ) -> list[Trajectory]:
     """Run the collection (resuming from the journal) and return every attempt of these tasks and modes, ordered
     by (mode, task id, attempt). ``credentials``: Kedro's, for the endpoints the roles name."""
-    from rmsweb_kedro.agents.factory import build_judge, build_reflector, teacher_factory
+    from rmsweb_kedro.agents.factory import build_reflector, teacher_factory
+    from rmsweb_kedro.agents.judges import judge_factory
 
     raw_root = Path(params.raw_root)
     judge_spec, reflector_spec = params.judge, params.reflector
     roles = Roles(
         agent=teacher_factory(params.teacher, credentials),
-        judge=lambda server: build_judge(judge_spec, server.session_state, credentials),
+        judge=judge_factory(judge_spec, credentials),
         reflector=lambda: build_reflector(reflector_spec, credentials),
     )
     items = [(mode, task) for task in tasks for mode in params.modes]
@@ -234,8 +235,8 @@ def summarize(log: pl.DataFrame, params: CollectParams) -> dict[str, Any]:
 
 
 def _summary(attempts: pl.DataFrame) -> dict[str, Any]:
-    """The summary of some ``collection_log`` rows; environment errors (``success`` null) count as attempts but
-    are never judged."""
+    """The summary of some ``collection_log`` rows; the environment's outcomes (``success`` null: ``env_errors``,
+    ``blocked`` by the site, ``judge_errors``) count as attempts but are never judged."""
     judged = attempts.filter(pl.col("success").is_not_null())
     per_task = judged.group_by("task_id").agg(
         pl.col("success").any().alias("solved"),
@@ -249,6 +250,8 @@ def _summary(attempts: pl.DataFrame) -> dict[str, Any]:
         "tasks": per_task.height,
         "attempts": attempts.height,
         "env_errors": int((attempts["termination"] == "env_error").sum()),
+        "blocked": int((attempts["termination"] == "blocked").sum()),
+        "judge_errors": int((attempts["termination"] == "judge_error").sum()),
         "model_errors": int((attempts["termination"] == "model_error").sum()),
         "verified_trajectories": verified,
         "yield": per_task["solved"].mean() if per_task.height else None,

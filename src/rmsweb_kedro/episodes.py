@@ -6,7 +6,11 @@ Collection, evaluation and mining all run episodes through :func:`run_episode`. 
 
 Environment failures (an exception from the env, or an observation flagged ``env_error``: a crash, a page-load
 timeout) restart the attempt from scratch a few times; if they persist, the trajectory ends with
-``termination="env_error"`` and no verdict, so it never counts as the agent's success or failure.
+``termination="env_error"`` and no verdict, so it never counts as the agent's success or failure. So do blocks (an
+observation flagged ``blocked``: a captcha or anti-bot page, HTTP 403/429 on the page, a login wall), retried
+``block_retries`` times, then ``termination="blocked"`` with the kind in ``metadata["blocked"]``; and a judge that
+could not judge (its verdict marked ``details["judge_error"]``: ``agents.judges``) gives
+``termination="judge_error"``, no verdict, the judge and its error in ``metadata["judge_error"]``.
 
 Two more ends, both judged: ``time_limit`` (the attempt's wall time ran out before the next decision) and
 ``critical_point`` (live sites: the next action would pay, submit personal data, send a message or make another
@@ -52,6 +56,15 @@ class EnvironmentFailure(RuntimeError):
     """The environment, not the agent, failed (raised inside an attempt, then retried)."""
 
 
+class Blocked(RuntimeError):
+    """The site refused the browser (raised inside an attempt, then retried); ``kind``: an ``Observation.blocked``,
+    ``steps``: the try's steps up to the blocked page."""
+
+    def __init__(self, kind: str, url: str, steps: list[Step]):
+        super().__init__(f"{kind} at {url}")
+        self.kind, self.url, self.steps = kind, url, steps
+
+
 def final_answer(steps: list[Step]) -> str | None:
     """The text of the attempt's last ``answer(...)`` action, if any."""
     answers = [s.action.text for s in steps if s.action is not None and s.action.type == ActionType.ANSWER]
@@ -65,9 +78,11 @@ def _relative(path: str | None, root: Path | None) -> str | None:
     return None if rel.startswith("..") else Path(rel).as_posix()
 
 
-def _checked(observation: Observation, doing: str) -> Observation:
+def _checked(observation: Observation, doing: str, steps: list[Step]) -> Observation:
     if observation.env_error:
         raise EnvironmentFailure(f"{doing}: {observation.error or 'environment error'}")
+    if observation.blocked:
+        raise Blocked(observation.blocked, observation.url, steps)
     return observation
 
 
@@ -131,7 +146,7 @@ def _play(
         observation = env.reset(task, screenshot_dir=str(shots))
     except Exception as err:  # a crashed browser or server: the environment's failure, never the agent's
         raise EnvironmentFailure(f"reset: {type(err).__name__}: {err}") from err
-    observation = _checked(observation, "reset")
+    observation = _checked(observation, "reset", [])
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     run = _Try(screenshots=[observation.screenshot] if observation.screenshot else [])
     steps = run.steps
@@ -175,7 +190,7 @@ def _play(
             observation = env.step(decision.action)
         except Exception as err:
             raise EnvironmentFailure(f"step {step.index}: {type(err).__name__}: {err}") from err
-        observation = _checked(observation, f"step {step.index} {decision.action}")
+        observation = _checked(observation, f"step {step.index} {decision.action}", steps)
         if observation.screenshot:
             run.screenshots.append(observation.screenshot)
         step.error = step.error or observation.error
@@ -200,6 +215,7 @@ def run_episode(
     metadata: dict[str, Any] | None = None,
     time_limit_s: float | None = None,
     critical: CriticalCheck | None = None,
+    block_retries: int = 1,
 ) -> Trajectory:
     """Run one attempt of ``agent`` on ``task`` in ``env`` and judge it.
 
@@ -208,7 +224,9 @@ def run_episode(
     steps record none. An unparseable reply is a recorded step (``action=None``, ``error``) and the attempt goes
     on; ``max_unparsed`` of them in a row, or a role whose endpoint is down (``Decision.fatal``), end it with
     ``termination="model_error"``, judged as a failure. Environment failures restart the attempt up to
-    ``env_retries`` times, then end it with ``termination="env_error"``, ``success=None`` and no verdict.
+    ``env_retries`` times, then end it with ``termination="env_error"``, ``success=None`` and no verdict; a blocked
+    page restarts it ``block_retries`` times, then ends it ``blocked`` (the last try's steps kept, no verdict); a
+    judge error ends it ``judge_error`` (the agent's own end in ``metadata["judge_error"]``).
     ``time_limit_s`` bounds the wall time of each try from its first observation (checked before each decision:
     ``time_limit``);
     ``critical`` stops the attempt before an action it names (``critical_point``, reason in the metadata).
@@ -230,8 +248,9 @@ def run_episode(
         metadata=dict(metadata or {}),
     )
     env_errors: list[str] = []
+    blocks: list[str] = []
     try:
-        for _ in range(env_retries + 1):
+        while len(env_errors) <= env_retries and len(blocks) <= block_retries:
             if shots.exists():
                 shutil.rmtree(shots)  # a restarted attempt must not keep the failed try's screenshots
             shots.mkdir(parents=True)
@@ -252,6 +271,11 @@ def run_episode(
                 logger.warning("%s attempt %d: environment failure, restarting: %s", task.id, attempt, err)
                 env_errors.append(str(err))
                 continue
+            except Blocked as block:
+                logger.warning("%s attempt %d: blocked (%s)", task.id, attempt, block)
+                blocks.append(str(block))
+                record.steps, record.metadata["blocked"] = block.steps, block.kind
+                continue
             steps = run.steps
             context = {
                 "screenshots": run.screenshots,
@@ -265,11 +289,25 @@ def run_episode(
             record.usage, record.cost_usd = run.usage + judge_usage, run.cost + judge_cost
             if run.critical_point:
                 record.metadata["critical_point"] = run.critical_point
+            if verdict.details.get("judge_error"):  # the judge's failure, never the agent's
+                record.metadata["judge_error"] = {
+                    "judge": verdict.judge,
+                    "error": str(verdict.details.get("error", verdict.reason)),
+                    "agent_termination": run.termination,
+                }
+                record.termination, record.success, record.verdict = "judge_error", None, None
+            record.metadata.pop("blocked", None)
             break
         else:
-            record.termination, record.success, record.verdict = "env_error", None, None
+            ended = "blocked" if len(blocks) > block_retries else "env_error"
+            record.termination, record.success, record.verdict = ended, None, None
+            if ended == "env_error":
+                record.steps = []
+                record.metadata.pop("blocked", None)
         if env_errors:
             record.metadata["env_errors"] = env_errors
+        if blocks:
+            record.metadata["blocks"] = blocks
         return Trajectory.model_validate(record.model_dump())
     finally:
         if temporary is not None:

@@ -20,7 +20,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.endpoint import EndpointConfig
-from rmsweb_kedro.agents.factory import PolicySpec
+from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
 from rmsweb_kedro.reporting import wilson_interval
 from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA, draw_states, episode_step_rows, trajectory_row
 from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
@@ -59,6 +59,9 @@ class OnlineParams(_Params):
     #: ``online_steps`` names them) for the viewer; false: taken to a temporary folder and dropped
     keep_screenshots: bool = True
     episodes_root: str = "data/07_model_output/evaluate/episodes"
+    #: the judge of tasks without a programmatic checker (agents.judges: sandbox tasks keep the sandbox checker
+    #: unless this names an LLM judge); an LLM judge needs its endpoint (the API key from ``api_key_env``)
+    judge: JudgeSpecConfig = Field(default_factory=JudgeSpecConfig)
 
 
 class CostModel(_Params):
@@ -269,19 +272,19 @@ def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
 
 
 def run_online(
-    sandbox_tasks: pl.DataFrame,
+    tasks: pl.DataFrame,
     model: Any,
     config: EvaluateParams,
     model_name: str,
     rollouts: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``online.runs`` runs of the model on the chosen sandbox tasks in real Chromium: one row per episode, and
-    one row per step of each (:data:`~rmsweb_kedro.schema.EPISODE_STEP_SCHEMA`; screenshots kept under
+    """``online.runs`` runs of the model on the chosen tasks (of the ``tasks`` table) in real Chromium: one row per
+    episode, and one row per step of each (:data:`~rmsweb_kedro.schema.EPISODE_STEP_SCHEMA`; screenshots kept under
     ``online.episodes_root`` when ``online.keep_screenshots``).
 
     Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (``online.n_envs`` browsers on the
     ``rollouts`` backend), never on the calling thread, so a Playwright session it may hold never collides."""
-    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.agents.judges import judge_factory
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
     from rmsweb_kedro.schema import tasks_from_frame
 
@@ -289,9 +292,9 @@ def run_online(
     nothing = pl.DataFrame(schema=EPISODE_SCHEMA), pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
     if not online.enabled:
         return nothing
-    tasks = select_online_tasks(tasks_from_frame(sandbox_tasks), online, config.seed)
-    if not tasks:
-        logger.warning("online %s: no sandbox task in splits %s", model_name, online.splits)
+    chosen = select_online_tasks(tasks_from_frame(tasks), online, config.seed)
+    if not chosen:
+        logger.warning("online %s: no task in splits %s", model_name, online.splits)
         return nothing
     root = Path(online.episodes_root).resolve()
     policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
@@ -307,11 +310,11 @@ def run_online(
             metadata={"run": run},
         )
         for run in range(online.runs)
-        for position, task in enumerate(tasks)
+        for position, task in enumerate(chosen)
     ]
     trajectories = run_rollouts(
         episodes,
-        Roles(agent=_seeded(policy), judge=lambda server: SandboxJudge(server.session_state)),
+        Roles(agent=_seeded(policy), judge=judge_factory(online.judge)),
         rollouts,
         browsers=online.n_envs,
         browser={"headless": online.headless},
@@ -437,9 +440,11 @@ def episode_row(trajectory: Any, task: Any, model_name: str, run: int, config: E
 
 
 def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]:
-    """Success rate over judged episodes (environment failures left out) with its Wilson interval, the spread of
-    the per-run rates, and the steps, tokens, cost and wall time per task; episodes stopped at a critical point
-    (live sites) are judged as any other and also counted apart."""
+    """Success rate over judged episodes with its Wilson interval, the spread of the per-run rates, and the steps,
+    tokens, cost and wall time per task. ``env_errors``: the episodes not judged, the environment's (a crash, a
+    site that blocked the browser, a judge that could not judge), of which ``blocked`` and ``judge_errors`` say how
+    many were which; episodes stopped at a critical point (live sites) are judged as any other and also counted
+    apart."""
     judged = episodes.filter(pl.col("success").is_not_null())
     wins = int(judged["success"].sum()) if judged.height else 0
     low, high = wilson_interval(wins, judged.height, confidence)
@@ -448,6 +453,8 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
     return {
         "episodes": episodes.height,
         "env_errors": episodes.height - judged.height,
+        "blocked": int((episodes["termination"] == "blocked").sum()),
+        "judge_errors": int((episodes["termination"] == "judge_error").sum()),
         "critical_points": int((episodes["termination"] == "critical_point").sum()),
         "success_rate": wins / judged.height if judged.height else None,
         "success_low": low,
@@ -497,7 +504,8 @@ def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
             for (group,), part in sorted(mine.group_by(by), key=lambda item: str(item[0][0])):
                 summary = success_summary(part, confidence)
                 rows.append(
-                    {"model": model, "by": by, "group": str(group), "episodes": summary["episodes"]}
+                    {"model": model, "by": by, "group": str(group)}
+                    | {k: summary[k] for k in ("episodes", "env_errors", "blocked", "judge_errors")}
                     | {
                         k: summary[k]
                         for k in ("success_rate", "success_low", "success_high", "steps_on_solved")
@@ -510,6 +518,9 @@ def online_breakdown(episodes: pl.DataFrame, confidence: float) -> pl.DataFrame:
             "by": pl.String,
             "group": pl.String,
             "episodes": pl.Int64,
+            "env_errors": pl.Int64,
+            "blocked": pl.Int64,
+            "judge_errors": pl.Int64,
             "success_rate": pl.Float64,
             "success_low": pl.Float64,
             "success_high": pl.Float64,
@@ -535,7 +546,7 @@ def compare_models(offline: pl.DataFrame, episodes: pl.DataFrame, confidence: fl
 COMPARISON_SCHEMA = pl.Schema(
     {"model": pl.String, "n_states": pl.Int64}
     | dict.fromkeys(STEP_METRICS, pl.Float64)
-    | {"episodes": pl.Int64, "env_errors": pl.Int64}
+    | {"episodes": pl.Int64, "env_errors": pl.Int64, "blocked": pl.Int64, "judge_errors": pl.Int64}
     | dict.fromkeys(
         [
             "success_rate",

@@ -37,6 +37,8 @@ COLLECTION_COLUMNS = {
     "tasks": pl.Int64,
     "attempts": pl.Int64,
     "env_errors": pl.Int64,
+    "blocked": pl.Int64,
+    "judge_errors": pl.Int64,
     "yield": pl.Float64,
     "attempts_per_success": pl.Float64,
     "mean_steps_success": pl.Float64,
@@ -445,8 +447,9 @@ def build_report(
                     "invalid_format_rate", "success_rate", "success_low", "success_high", "run_std"]  # fmt: skip
     offline_cols = ["model", "n_states", "action_type_accuracy", "element_accuracy", "argument_match",
                     "step_success_rate", "invalid_format_rate"]  # fmt: skip
-    online_cols = ["model", "episodes", "env_errors", "successes", "success_rate", "success_low", "success_high",
-                   "run_std", "steps_on_solved", "tokens_per_task", "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
+    online_cols = ["model", "episodes", "env_errors", "blocked", "judge_errors", "successes", "success_rate",
+                   "success_low", "success_high", "run_std", "steps_on_solved", "tokens_per_task",
+                   "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
     table = as_percent(with_counts(comparison), rate_columns)
     figures = "\n".join(f"![{name}]({path})" for name, path in config.figures.items())
     sections = [

@@ -1,80 +1,29 @@
 """Live runs, the library part: a policy on real websites (benchmark tasks), judged by the judge each task's
-``judge.kind`` asks for, the Online-Mind2Web tasks also written as that benchmark's submission folder. Episodes run
-through :func:`~rmsweb_kedro.rollouts.run_rollouts` (threads or a Ray cluster) and stop at critical points (paying,
-submitting personal data, sending a message: ``termination="critical_point"``, counted apart).
+``judge.kind`` asks for (:mod:`rmsweb_kedro.agents.judges`), the Online-Mind2Web tasks also written as that
+benchmark's submission folder. Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (threads or a Ray
+cluster) and stop at critical points (paying, submitting personal data, sending a message:
+``termination="critical_point"``, counted apart); a site that refuses the browser ends an episode ``blocked`` and a
+judge that cannot judge ends it ``judge_error``, both counted apart.
 
 Judges by ``task.judge.kind`` (one OpenAI-compatible endpoint serves them all unless a model is named per kind):
 ``webvoyager`` -> WebVoyager's auto-evaluation, ``webjudge`` -> Online-Mind2Web's WebJudge, ``rubric`` -> the
 WebTailBench rubric verifier, ``reference_answer`` -> GAIA's exact-match scoring (no model). The submission
-folder's contract: :mod:`rmsweb_kedro.benchmarks_data.submission`. Used by the ``live`` pipeline.
+folder's contract: :mod:`rmsweb_kedro.tasks.benchmarks.submission`. Used by the ``live`` pipeline.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema, write_submission
 from rmsweb_kedro.rollouts import CriticalPoints, EpisodeSettings, EpisodeSpec, Journal, Roles, run_rollouts
-from rmsweb_kedro.schema import Step, Task, Trajectory, Usage, Verdict
+from rmsweb_kedro.schema import Step, Task, Trajectory
+from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema, write_submission
 
 logger = logging.getLogger(__name__)
-
-
-#: The judge kinds of the benchmarks' tasks (the sandbox checker needs the sandbox, not a live site).
-LIVE_JUDGE_KINDS = ("webvoyager", "webjudge", "rubric", "reference_answer")
-
-
-class JudgeByKind:
-    """The :class:`~rmsweb_kedro.agents.base.Judge` each task's ``judge.kind`` asks for, built once per kind by
-    :func:`~rmsweb_kedro.agents.factory.build_judge`.
-    ``endpoint`` serves every LLM judge unless ``endpoints`` names one for its kind (the benchmarks ask for
-    different judge models); ``official_prompts`` is the folder ``benchmarks_data download`` wrote into."""
-
-    name = "live-judges"
-
-    def __init__(
-        self,
-        endpoint: Any,
-        rubric_threshold: float = 0.8,
-        official_prompts: str | Path | None = None,
-        endpoints: dict[str, Any] | None = None,
-    ):
-        self.endpoint = endpoint
-        self.endpoints = endpoints or {}
-        self.rubric_threshold = rubric_threshold
-        self.official_prompts = official_prompts
-        self._judges: dict[str, Any] = {}
-        self._last = threading.local()  # the endpoint of this thread's last verdict, for cost_of
-
-    def for_task(self, task: Task) -> Any:
-        kind = task.judge.kind
-        if kind not in self._judges:
-            from rmsweb_kedro.agents.factory import JudgeSpecConfig, build_judge
-
-            if kind not in LIVE_JUDGE_KINDS:
-                raise ValueError(f"task {task.id!r}: no live judge for judge kind {kind!r}")
-            prompts = None if self.official_prompts is None else str(self.official_prompts)
-            spec = JudgeSpecConfig(
-                kind=kind, official_prompts=prompts, rubric_threshold=self.rubric_threshold
-            )
-            self._judges[kind] = build_judge(spec, endpoint=self.endpoints.get(kind, self.endpoint))
-        return self._judges[kind]
-
-    def judge(
-        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
-    ) -> tuple[Verdict, Usage]:
-        judge = self.for_task(task)
-        self._last.endpoint = getattr(judge, "endpoint", None)
-        return judge.judge(task, steps, final_answer, context)
-
-    def cost_of(self, usage: Usage) -> float:
-        endpoint = getattr(self._last, "endpoint", None)
-        return endpoint.cost(usage) if endpoint is not None else 0.0
 
 
 def run_live(
@@ -91,11 +40,11 @@ def run_live(
     step_limits: dict[str, int] | None = None,
     submission_schema: SubmissionSchema = "v1",
 ) -> list[Trajectory]:
-    """One attempt per task (``roles``: the agent and :class:`JudgeByKind`) within its benchmark's step limit
+    """One attempt per task (``roles``: the agent and ``agents.judges.judge_factory``) within its benchmark's step limit
     (``step_limits`` by task source, else ``max_steps``), judged by each task's judge, on the ``rollouts`` backend;
     trajectories go to ``<out>/trajectories.jsonl`` (one schema.Trajectory a line, the ``raw_trajectories``
     format) with their screenshots, and each Online-Mind2Web attempt to that benchmark's submission folder
-    (:mod:`rmsweb_kedro.benchmarks_data.submission`, schema ``submission_schema``)."""
+    (:mod:`rmsweb_kedro.tasks.benchmarks.submission`, schema ``submission_schema``)."""
     out = Path(out_dir)
     shots_root = out / "screenshots"
     submission = out / "online_mind2web"

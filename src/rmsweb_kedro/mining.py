@@ -46,7 +46,15 @@ from rmsweb_kedro.actions import (
     same_target,
     semantically_equal,
 )
-from rmsweb_kedro.schema import STATE_SCHEMA, Observation, Step, Task, Trajectory, conform_states
+from rmsweb_kedro.schema import (
+    ENV_TERMINATIONS,
+    STATE_SCHEMA,
+    Observation,
+    Step,
+    Task,
+    Trajectory,
+    conform_states,
+)
 
 
 class FailureMode(StrEnum):
@@ -535,8 +543,8 @@ def divergence_states(
     counts = Counter({"rollouts": len(rollouts)})
     rows = []
     for rollout in rollouts:
-        if rollout.termination == "env_error":
-            counts["env_error"] += 1
+        if rollout.termination in ENV_TERMINATIONS:  # env_error, blocked, judge_error: never the policy's
+            counts[rollout.termination] += 1
             continue
         if rollout.success:
             counts["success"] += 1

@@ -2,8 +2,9 @@
 
 The recipe's stages, in order, each a namespaced modular pipeline named after its package (its nodes are
 ``<stage>.<node>``, so kedro-viz collapses each stage into one box; dataset and parameter names are not prefixed, so
-the catalog is unchanged); ``__default__`` is the whole recipe. ``live`` (benchmark tasks on the real web) and
-``judge_agreement`` run apart, and so does ``ablations``, which reuses the stages handed to it here.
+the catalog is unchanged); ``__default__`` is the whole recipe. ``live`` (benchmark tasks on the real web),
+``judge_agreement`` and ``propose`` (tasks for a list of websites) run apart, and so does ``ablations``, which
+reuses the stages handed to it here.
 
 Every pipeline is built on every call: ``find_pipelines`` would, under ``kedro run --pipelines ablations``, load the
 ablations package alone, without the stages it reuses. Building them all takes well under a second (heavy imports
@@ -19,10 +20,11 @@ from rmsweb_kedro.pipelines import (
     judge_agreement,
     live,
     mining,
+    propose,
     salvage_ds,
-    sandbox,
     sft,
     sft_data,
+    tasks,
     trajectories,
 )
 from rmsweb_kedro.pipelines.ablations import Reused
@@ -30,7 +32,7 @@ from rmsweb_kedro.pipelines.evaluate.pipeline import model_evaluation, report_no
 
 #: The recipe's stages in order.
 RECIPE = {
-    "sandbox": sandbox,
+    "tasks": tasks,
     "collect": collect,
     "trajectories": trajectories,
     "sft_data": sft_data,
@@ -40,7 +42,7 @@ RECIPE = {
     "evaluate": evaluate,
 }
 #: Pipelines that run apart from the recipe, on what it left in data/ or on benchmark files.
-APART = {"live": live, "judge_agreement": judge_agreement}
+APART = {"live": live, "judge_agreement": judge_agreement, "propose": propose}
 
 
 def stage(name: str, nodes: Pipeline) -> Pipeline:

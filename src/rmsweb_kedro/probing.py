@@ -16,7 +16,7 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.agents.factory import PolicySpec
+from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
 from rmsweb_kedro.mining import MINED_COLUMNS, divergence_states, with_origin
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA, STATE_SCHEMA, Task, episode_step_rows, trajectory_row
@@ -57,6 +57,9 @@ class OnlineParams(BaseModel):
     #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
     #: like corpus states: their ``screenshot`` is the path from the prompt's ``image_root`` to the file
     screenshot_root: str = "data/07_model_output/mining/online_screenshots"
+    #: the judge of tasks without a programmatic checker (agents.judges: sandbox tasks keep the sandbox checker
+    #: unless this names an LLM judge); an LLM judge needs its endpoint (the API key from ``api_key_env``)
+    judge: JudgeSpecConfig = Field(default_factory=JudgeSpecConfig)
 
 
 class MiningParams(BaseModel):
@@ -180,7 +183,7 @@ def draw_rollout_tasks(candidates: list[Task], origins: dict[str, bool], config:
 
 
 def probe_online(
-    sandbox_tasks: list[Task],
+    tasks: list[Task],
     references: pl.DataFrame,
     sft_model: Any,
     config: MiningParams,
@@ -193,13 +196,13 @@ def probe_online(
     action, probed like an offline state (its screenshot kept under ``online.screenshot_root``) and carrying its
     task's ``in_sft``. Returns the probed states, the rollouts' counts and their steps
     (:data:`~rmsweb_kedro.schema.EPISODE_STEP_SCHEMA`, screenshots relative to ``online.screenshot_root``)."""
-    from rmsweb_kedro.agents.scripted import SandboxJudge
+    from rmsweb_kedro.agents.judges import judge_factory
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
 
     origins = task_origins(references)
     in_sft = pl.col("task_id").replace_strict(origins, default=None, return_dtype=pl.Boolean)
     empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **PROBE_SCHEMA}), "online", in_sft)
-    candidates = [t for t in sandbox_tasks if t.split == config.online.split and t.id in origins]
+    candidates = [t for t in tasks if t.split == config.online.split and t.id in origins]
     if config.online.rollouts == 0 or not candidates:
         logger.info(
             "online probing skipped: %d rollouts asked, %d tasks with references",
@@ -207,7 +210,7 @@ def probe_online(
             len(candidates),
         )
         return empty, {"rollouts": 0}, pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
-    tasks = draw_rollout_tasks(candidates, origins, config)
+    chosen = draw_rollout_tasks(candidates, origins, config)
     policy = load_policy(sft_model, config, greedy=True)
     shots = Path(config.online.screenshot_root).resolve()
     image_root = Path(PromptConfig.model_validate(config.policy.prompt).image_root or ".").resolve()
@@ -220,13 +223,13 @@ def probe_online(
             screenshot_dir=str(shots / f"mining-online__{task.id}"),
             relative_to=str(shots),
         )
-        for task in tasks
+        for task in chosen
     ]
     trajectories = [
         trajectory
         for (trajectory,) in run_rollouts(
             episodes,
-            Roles(agent=lambda _seed: policy, judge=lambda server: SandboxJudge(server.session_state)),
+            Roles(agent=lambda _seed: policy, judge=judge_factory(config.online.judge)),
             rollouts,
             browsers=config.online.envs,
             browser={"headless": config.online.headless},
@@ -235,7 +238,7 @@ def probe_online(
         )
     ]
     prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
-    states, counts = divergence_states(trajectories, {t.id: t for t in tasks}, references, prefix)
+    states, counts = divergence_states(trajectories, {t.id: t for t in chosen}, references, prefix)
     probed = (
         _with_mining_columns(probe_states(policy, states, config), "online", in_sft)
         if states.height

@@ -21,6 +21,20 @@ exactly once, whichever backend ran it and however many workers died on the way.
 Backends (``params:rollouts``, conf/base/parameters_rollouts.yml): ``threads`` runs N browser threads in this
 process (Playwright's sync API belongs to its thread); ``ray`` runs one actor per browser, each owning its Chromium
 and, for sandbox tasks, a sandbox server of its own; results stream back to the driver, which journals them.
+
+Lost Ray nodes. The driver hands an episode only to an actor that has started (its ``ready`` answered), never to
+one Ray has yet to place: after a node dies, its episodes go back to the driver's queue and run on the surviving
+actors, while a replacement actor waits for a node with spare CPUs and joins once placed (until then the pool is
+smaller). This is the simplest design that cannot wait on an unplaceable actor: no placement timeout decides where
+an episode goes, and a cluster that regains nodes regains browsers. Only when no started actor is left and none is
+placed within ``actor_start_timeout_s`` does the run stop, with an error naming the CPUs it lacks (the journal keeps
+what finished; a re-run resumes). An actor is killed for good when its episode is lost (a node cut off from the
+cluster may still be running it) and when it runs past its hard limit (``episode_hard_limit_s``, on by default).
+
+Files. The driver makes every per-episode path absolute (``screenshot_dir``, ``relative_to``) before an episode
+leaves it: an actor's working folder is its node's, not the project's. A lost try's files are removed before the
+episode is queued again (and each try empties its folder first: ``episodes.run_episode``), so the retry's steps
+reference only the retry's screenshots.
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ import logging
 import os
 import queue
 import re
+import shutil
 import threading
 import time
 from collections import Counter, deque
@@ -40,13 +55,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge, Reflector
 from rmsweb_kedro.episodes import target_element
-from rmsweb_kedro.schema import CollectionMode, Observation, Task, Trajectory
+from rmsweb_kedro.schema import ENV_TERMINATIONS, CollectionMode, Observation, Task, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +84,18 @@ class RolloutConfig(BaseModel):
     num_cpus: int | None = Field(default=None, ge=1, description="local Ray only: CPUs it may use")
     object_store_mb: int | None = Field(default=None, ge=75, description="local Ray only: object store size")
     cpus_per_browser: float = Field(default=1.0, gt=0, description="ray: CPUs reserved by each browser actor")
+    #: ray, without ``episode_time_limit_s``: an actor still busy on one episode (all its tries) after this long is
+    #: killed and the episode retried as an environment error (null: never).
+    episode_hard_limit_s: float | None = Field(default=1800.0, gt=0)
+    #: ray: with no started browser actor left, how long to wait for Ray to place one before the run fails naming
+    #: the CPUs it lacks (a node may be joining); while other actors run episodes, a pending one just waits.
+    actor_start_timeout_s: float = Field(default=300.0, gt=0)
     #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``); on Ray an
     #: actor still busy ``HANG_GRACE_S`` past it is killed and the episode retried as an environment error.
     episode_time_limit_s: float | None = Field(default=None, gt=0)
+    #: Open web: tries of an episode restarted after the site refused the browser (a captcha or anti-bot page,
+    #: HTTP 403/429, a login wall) before it ends ``blocked``, an environment outcome counted apart.
+    block_retries: int = Field(default=1, ge=0)
 
 
 # ---------------------------------------------------------------- critical points
@@ -107,6 +132,15 @@ class CriticalPoints(BaseModel):
         alternatives = "|".join(re.escape(w.lower()).replace(r"\ ", r"\s+") for w in words)
         return re.compile(rf"\b(?:{alternatives})\b")
 
+    def in_text(self, text: str) -> str | None:
+        """Why a task text asks for a critical step (the task proposer drops such tasks), or None."""
+        lowered = text.lower()
+        if match := self._pattern(self.personal_data_words).search(lowered):
+            return f'asks for personal data ("{match.group(0)}")'
+        if match := self._pattern(self.commit_words).search(lowered):
+            return f'asks for an irreversible step ("{match.group(0)}")'
+        return None
+
     def __call__(self, action: Action, observation: Observation) -> str | None:
         """Why ``action`` on this page is a critical point, or None."""
         if not self.enabled:
@@ -136,9 +170,10 @@ class CriticalPoints(BaseModel):
 @dataclass
 class EpisodeSpec:
     """One episode to run. ``key`` identifies it in the journal (unique in a run); ``seed`` is the agent
-    factory's argument; ``screenshot_dir``/``relative_to`` as in ``episodes.run_episode`` (on a cluster: a
-    filesystem every node shares); ``reflect``: after a failed attempt the reflector writes a reflection
-    (``metadata["reflection_after"]``) that an :class:`Attempts` chain passes to the next attempt."""
+    factory's argument; ``screenshot_dir``/``relative_to`` as in ``episodes.run_episode``, relative to the driver's
+    working folder (the driver makes them absolute; on a cluster: a filesystem every node mounts at the same
+    path); ``reflect``: after a failed attempt the reflector writes a reflection (``metadata["reflection_after"]``)
+    that an :class:`Attempts` chain passes to the next attempt."""
 
     key: str
     task: Task
@@ -156,6 +191,15 @@ class EpisodeSpec:
     def identity(self) -> dict[str, Any]:
         """The fields a journal entry is found by."""
         return {"key": self.key, "mode": self.mode, "task_id": self.task.id, "attempt": self.attempt}
+
+    def absolute(self) -> EpisodeSpec:
+        """This spec with its file paths absolute, resolved by the driver: a Ray actor's working folder is its
+        node's."""
+        return dataclasses.replace(
+            self,
+            screenshot_dir=None if self.screenshot_dir is None else os.path.abspath(self.screenshot_dir),
+            relative_to=None if self.relative_to is None else os.path.abspath(self.relative_to),
+        )
 
 
 @dataclass
@@ -197,6 +241,7 @@ class EpisodeSettings:
     max_unparsed: int = 3
     time_limit_s: float | None = None
     critical: CriticalPoints | None = None
+    block_retries: int | None = None  # None: params:rollouts' block_retries
 
 
 # ---------------------------------------------------------------- the journal
@@ -309,6 +354,7 @@ class EpisodeWorker:
             metadata=spec.metadata,
             time_limit_s=self.settings.time_limit_s,
             critical=self.settings.critical,
+            block_retries=1 if self.settings.block_retries is None else self.settings.block_retries,
         )
         trajectory.metadata["wall_s"] = time.perf_counter() - started
         if spec.reflect and trajectory.success is False and self.reflector is not None:
@@ -398,8 +444,9 @@ class _ThreadPool:
 
 
 class _RayPool:
-    """One Ray actor per browser (each with its Chromium and, for sandbox tasks, its own sandbox server); an actor
-    that dies is replaced and its episode comes back as :class:`_Lost`."""
+    """One Ray actor per browser (each with its Chromium and, for sandbox tasks, its own sandbox server). Actors
+    take episodes once started; one lost mid-episode is killed and replaced, its episode back as :class:`_Lost`
+    (module docstring: lost Ray nodes)."""
 
     def __init__(
         self,
@@ -425,19 +472,27 @@ class _RayPool:
                 include_dashboard=False,
                 log_to_driver=True,
             )
+        self._config = config
         self._hard_limit = (
-            None
+            config.episode_hard_limit_s
             if settings.time_limit_s is None
             else (settings.time_limit_s + HANG_GRACE_S) * (settings.env_retries + 1)
         )
         actor = ray.remote(EpisodeWorker).options(num_cpus=config.cpus_per_browser, max_restarts=0)
         shared = [ray.put(value) for value in (roles, browser, settings)]  # serialised once for every actor
         self._make = lambda: actor.remote(*shared, sandbox_seed)
-        self._free = deque(self._make() for _ in range(n))
+        self._free: deque[Any] = deque()
+        self._starting: dict[Any, tuple[Any, float]] = {}  # ready() ref -> (actor, when it was asked for)
         self._in_flight: dict[Any, tuple[Any, int, float]] = {}
+        for _ in range(n):
+            self._start()
         try:  # a role or browser that cannot be built fails here, before any episode
-            ray.get([worker.ready.remote() for worker in self._free])
-        except Exception:
+            while not self._free:
+                self._check_capacity()
+                ready, _ = ray.wait(list(self._starting), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    self._started(ref)
+        except BaseException:
             self.close()
             raise
 
@@ -445,14 +500,80 @@ class _RayPool:
     def free(self) -> int:
         return len(self._free)
 
-    def submit(self, ticket: int, spec: EpisodeSpec) -> None:
-        actor = self._free.popleft()
-        self._in_flight[actor.run.remote(spec)] = (actor, ticket, time.monotonic())
+    def _start(self) -> None:
+        worker = self._make()
+        self._starting[worker.ready.remote()] = (worker, time.monotonic())
 
-    def next_result(self) -> tuple[int, Any]:
+    def _started(self, ref: Any) -> None:
+        """An actor answered ``ready``: it takes episodes; one whose node died while it started is dropped."""
+        ray = self._ray
+        worker, _ = self._starting.pop(ref)
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError as err:
+            ray.kill(worker)
+            if err.actor_init_failed:  # its constructor raised: a role or browser that cannot be built
+                raise
+            logger.warning(
+                "a browser actor died while starting (%s); the pool is one smaller", type(err).__name__
+            )
+            return
+        self._free.append(worker)
+
+    def _lose(self, worker: Any) -> None:
+        """Kill a lost or hung actor for good (it may still be running on a node cut off from the cluster) and ask
+        for a replacement, which takes episodes once Ray places it."""
+        try:
+            self._ray.kill(worker, no_restart=True)
+        except Exception as err:  # already gone with its node
+            logger.debug("killing a lost browser actor: %s", err)
+        self._start()
+
+    def _check_capacity(self) -> None:
+        """Fail, naming what is missing, when no started actor is left and none was placed in time."""
+        if self._free or self._in_flight:
+            return
+        now = time.monotonic()
+        if self._starting and any(
+            now - since < self._config.actor_start_timeout_s for _, since in self._starting.values()
+        ):
+            return
+        ray = self._ray
+        alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+        waited = (
+            f"Ray placed none in {self._config.actor_start_timeout_s:.0f} s (rollouts.actor_start_timeout_s)"
+            if self._starting
+            else "the last ones died starting"
+        )
+        raise RolloutError(
+            f"no browser actor is left to run episodes and {waited}: each needs "
+            f"{self._config.cpus_per_browser:g} CPU (rollouts.cpus_per_browser); the cluster's {alive} live "
+            f"node(s) have {ray.available_resources().get('CPU', 0.0):g} of "
+            f"{ray.cluster_resources().get('CPU', 0.0):g} CPU free. Add a node (README 'Episodes on a Ray "
+            "cluster') or lower rollouts.cpus_per_browser, then re-run: the journal keeps the finished episodes."
+        )
+
+    def next_result(self) -> tuple[int, Any] | None:
+        """The next finished episode as (ticket, outcome), or None when an actor has started and takes episodes."""
         ray = self._ray
         while True:
-            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=1.0)
+            self._check_capacity()
+            if (
+                self._hard_limit is not None
+            ):  # checked every time: on a busy cluster some result is always ready
+                for ref, (actor, ticket, started) in list(self._in_flight.items()):
+                    if time.monotonic() - started > self._hard_limit:
+                        del self._in_flight[ref]
+                        self._lose(actor)
+                        return ticket, _Lost(
+                            f"the episode ran past its hard limit of {self._hard_limit:.0f} s"
+                        )
+            ready, _ = ray.wait([*self._in_flight, *self._starting], num_returns=1, timeout=1.0)
+            if ready and ready[0] in self._starting:
+                self._started(ready[0])
+                if self._free:
+                    return None
+                continue
             if ready:
                 actor, ticket, _ = self._in_flight.pop(ready[0])
                 try:
@@ -462,28 +583,23 @@ class _RayPool:
                     return ticket, err.as_instanceof_cause()
                 except ray.exceptions.RayError as err:  # the actor, its process or its node died
                     logger.warning("browser actor lost mid-episode (%s); replacing it", type(err).__name__)
-                    self._free.append(self._make())
+                    self._lose(actor)
                     return ticket, _Lost(f"the browser actor died mid-episode ({type(err).__name__})")
                 self._free.append(actor)
                 return ticket, outcome
-            if self._hard_limit is not None:
-                for ref, (actor, ticket, started) in list(self._in_flight.items()):
-                    if time.monotonic() - started > self._hard_limit:
-                        del self._in_flight[ref]
-                        ray.kill(actor)
-                        self._free.append(self._make())
-                        return ticket, _Lost(
-                            f"the episode ran past its hard limit of {self._hard_limit:.0f} s"
-                        )
+
+    def submit(self, ticket: int, spec: EpisodeSpec) -> None:
+        actor = self._free.popleft()
+        self._in_flight[actor.run.remote(spec)] = (actor, ticket, time.monotonic())
 
     def close(self) -> None:
         ray = self._ray
         actors = list(self._free) + [actor for actor, _, _ in self._in_flight.values()]
-        try:
+        try:  # an actor never placed cannot answer: it is only killed
             ray.get([actor.close.remote() for actor in actors], timeout=60)
         except Exception as err:  # an actor that cannot close cleanly is killed below anyway
             logger.debug("closing browser actors: %s", err)
-        for actor in actors:
+        for actor in actors + [actor for actor, _ in self._starting.values()]:
             ray.kill(actor)
         if self._owns_ray:
             ray.shutdown()
@@ -511,8 +627,9 @@ def run_rollouts(
     """Run every item's episodes on ``browsers`` browsers; returns, per item, its trajectories in attempt order
     (journaled ones included, so a resumed run returns what a fresh one would).
 
-    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the tasks are sandbox tasks, served
-    with this world seed. ``progress``: the bar's label (None: no bar). Raises :class:`RolloutError` after the
+    ``browser``: BrowserConfig (or its overrides as a dict); ``sandbox_seed``: the world seed sandbox tasks are
+    served with (the server starts only when an episode to run needs it: :func:`_needs_sandbox`). ``progress``: the
+    bar's label (None: no bar). Raises :class:`RolloutError` after the
     run when an episode's code raised (the other episodes finished and were journaled)."""
     from tqdm.auto import tqdm
 
@@ -520,6 +637,8 @@ def run_rollouts(
     settings = settings or EpisodeSettings()
     if config.episode_time_limit_s is not None and settings.time_limit_s is None:
         settings = dataclasses.replace(settings, time_limit_s=config.episode_time_limit_s)
+    if settings.block_retries is None:
+        settings = dataclasses.replace(settings, block_retries=config.block_retries)
     chains = [item if isinstance(item, Attempts) else Attempts.of(item) for item in items]
     done = journal.load() if journal is not None else {}
     results: list[list[Trajectory]] = [[] for _ in chains]
@@ -534,7 +653,7 @@ def run_rollouts(
         while (spec := chains[index].next(results[index])) is not None:
             entry = done.get(journal.key_of(spec.identity())) if journal is not None else None
             if entry is None:
-                waiting.append((index, spec, []))
+                waiting.append((index, spec.absolute(), []))
                 return
             results[index].append(Trajectory.model_validate(entry["trajectory"]))
             resumed += 1
@@ -547,6 +666,8 @@ def run_rollouts(
     failures: list[tuple[EpisodeSpec, BaseException]] = []
     if waiting:
         n = max(1, min(browsers, len(waiting)))
+        if not any(_needs_sandbox(spec.task) for _, spec, _ in waiting):
+            sandbox_seed = None  # no task left that the sandbox serves: no sandbox server
         pool: Any = (
             _RayPool(n, roles, browser, settings, sandbox_seed, config)
             if config.backend == "ray"
@@ -560,14 +681,18 @@ def run_rollouts(
                     ticket = next(numbers)
                     tickets[ticket] = waiting.popleft()
                     pool.submit(ticket, tickets[ticket][1])
-                ticket, outcome = pool.next_result()
+                if (finished := pool.next_result()) is None:  # an actor started: it takes the next episode
+                    continue
+                ticket, outcome = finished
                 index, spec, lost = tickets.pop(ticket)
                 if isinstance(outcome, _Lost):
+                    if spec.screenshot_dir is not None:  # the dead try's files: the retry writes its own
+                        shutil.rmtree(spec.screenshot_dir, ignore_errors=True)
                     lost = [*lost, outcome.reason]
                     if len(lost) <= settings.env_retries:
                         waiting.appendleft((index, spec, lost))
                         continue
-                    outcome = _env_error(spec, lost)
+                    outcome, lost = _env_error(spec, lost), []  # the record lists its errors once
                 elif isinstance(outcome, BaseException):
                     failures.append((spec, outcome))
                     bar.update(1)
@@ -597,6 +722,15 @@ def run_rollouts(
     return results
 
 
+def _needs_sandbox(task: Task) -> bool:
+    """A sandbox task, or a task whose start page is on the sandbox's hosts (its sites reached by URL as unknown
+    websites: no checker, an LLM judge): only the sandbox server answers there."""
+    from rmsweb_kedro.web.sandbox.server import DOMAIN
+
+    host = (urlsplit(task.start_url).hostname or "").lower()
+    return task.source == "sandbox" or host == DOMAIN or host.endswith("." + DOMAIN)
+
+
 def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
     """The record of an episode whose worker kept dying: no steps, no verdict."""
     return Trajectory(
@@ -614,6 +748,6 @@ def _env_error(spec: EpisodeSpec, errors: list[str]) -> Trajectory:
 
 
 def _outcome(trajectory: Trajectory) -> str:
-    if trajectory.termination in ("env_error", "critical_point"):
+    if trajectory.termination in (*ENV_TERMINATIONS, "critical_point"):
         return trajectory.termination
     return "success" if trajectory.success else "failure"

@@ -17,16 +17,32 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rmsweb_kedro.actions import Action, ActionParseError, format_action, parse_action
 
-TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user"]
+#: ``file``: a task file a researcher brings (tasks/files.py); ``proposed``: written by the task proposer.
+TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user", "file", "proposed"]
 Level = Literal["easy", "medium", "hard"]
 Split = Literal["train", "val", "test"]
 JudgeKind = Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer", "none"]
 CollectionMode = Literal["single", "independent_retries", "reflection_retries", "policy", "user"]
 #: ``time_limit``: the attempt's wall time ran out; ``critical_point``: a live episode stopped before an irreversible
-#: step (paying, submitting personal data, sending a message), counted apart in summaries.
+#: step (paying, submitting personal data, sending a message), counted apart in summaries. Three ends are the
+#: environment's, never judged as the agent's: ``env_error`` (a crash or timeout that persisted), ``blocked`` (the
+#: site refused the browser: a captcha or anti-bot page, HTTP 403/429 on the page, a login wall; the kind in
+#: ``metadata["blocked"]``) and ``judge_error`` (the judge could not judge: ``metadata["judge_error"]``).
 Termination = Literal[
-    "stop", "answer", "max_steps", "env_error", "model_error", "time_limit", "critical_point"
+    "stop",
+    "answer",
+    "max_steps",
+    "env_error",
+    "model_error",
+    "time_limit",
+    "critical_point",
+    "blocked",
+    "judge_error",
 ]
+#: The ends that are the environment's: no verdict, ``success`` null, counted apart in every summary.
+ENV_TERMINATIONS = ("env_error", "blocked", "judge_error")
+#: What blocked a browser (``Observation.blocked``, ``metadata["blocked"]`` of a ``blocked`` trajectory).
+BlockKind = Literal["captcha", "http_403", "http_429", "login_wall"]
 
 #: Online-Mind2Web's difficulty bands by reference length (steps).
 LEVEL_BOUNDS = {"easy": (1, 5), "medium": (6, 10), "hard": (11, 10_000)}
@@ -91,6 +107,8 @@ class Observation(_Record):
     env_error: bool = False  # True when the environment itself failed (crash, timeout), not the agent
     #: the page offset of the viewport when observed: element boxes are in page pixels, the screenshot is the viewport
     scroll: tuple[float, float] = (0.0, 0.0)
+    #: The site refused the browser on this page (web.browser detects it): the episode ends ``blocked``.
+    blocked: BlockKind | None = None
 
 
 class Usage(_Record):
@@ -338,6 +356,7 @@ def trajectory_row(trajectory: Trajectory, source_file: str | None = None) -> di
         "judge_reason": verdict.reason if verdict else None,
         "termination": trajectory.termination,
         "critical_point": trajectory.metadata.get("critical_point"),
+        "blocked": trajectory.metadata.get("blocked"),
         "n_steps": len(trajectory.steps),
         "prompt_tokens": trajectory.usage.prompt_tokens,
         "completion_tokens": trajectory.usage.completion_tokens,

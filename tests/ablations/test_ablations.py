@@ -267,7 +267,7 @@ def ablation_run(tmp_path_factory, tiny_checkpoint, tiny_states, sandbox_task_li
         _add_parameters(catalog, params)
         sandbox_tasks = tasks_to_frame(sandbox_task_list)
         states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-        catalog["sandbox_tasks"] = sandbox_tasks
+        catalog["tasks"] = sandbox_tasks  # the default tasks table is the sandbox suite
         catalog["collection_tasks"] = select_collection_tasks(
             sandbox_tasks, {"split": "train", "max_tasks": 4}
         )

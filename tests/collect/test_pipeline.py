@@ -35,7 +35,7 @@ def test_every_dataset_is_declared_and_parameters_validate():
         if name.startswith("params:"):
             continue
         assert name in catalog, f"{name} is not in the catalog"
-    assert "raw_trajectories" in pipeline.all_outputs() and "sandbox_tasks" in pipeline.inputs()
+    assert "raw_trajectories" in pipeline.all_outputs() and "tasks" in pipeline.inputs()
     params = CollectParams(**parameters["collect"])
     assert params.corpus_modes == ["reflection_retries"] and not params.reflections_in_training_prompt
     # the shared values (globals.yml) reach collect through its own parameters, as they reach the other stages

@@ -13,9 +13,9 @@ from urllib.parse import urlparse
 import pytest
 
 from rmsweb_kedro.agents.judge_prompts import load_prompts
-from rmsweb_kedro.benchmarks_data import loaders
-from rmsweb_kedro.benchmarks_data.__main__ import main
-from rmsweb_kedro.benchmarks_data.download import (
+from rmsweb_kedro.tasks.benchmarks import loaders
+from rmsweb_kedro.tasks.benchmarks.__main__ import main
+from rmsweb_kedro.tasks.benchmarks.download import (
     PROMPT_FILES,
     REMOTE_FILES,
     DownloadError,

@@ -8,7 +8,8 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from rmsweb_kedro.benchmarks_data.loaders import (
+from rmsweb_kedro.schema import QUARANTINE_SCHEMA, TASK_SCHEMA, tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.tasks.benchmarks.loaders import (
     DEFAULT_WEBTAILBENCH_START_URL,
     BenchmarkFileError,
     load_folder,
@@ -18,7 +19,6 @@ from rmsweb_kedro.benchmarks_data.loaders import (
     load_webvoyager,
     load_webvoyager_reference_answers,
 )
-from rmsweb_kedro.schema import QUARANTINE_SCHEMA, TASK_SCHEMA, tasks_from_frame, tasks_to_frame
 from tests.evaluate.conftest import FIXTURES
 
 

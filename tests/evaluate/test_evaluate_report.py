@@ -437,7 +437,7 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     markdown = catalog.load("evaluation_report")
     assert "| rmsweb | 3 | 100 | 100 | 100 | 100 | 0 |" in markdown  # offline rates in %
     assert "RMSWeb beats SFT | +2.4 to +7.0 | 25 |" in markdown  # 75% - 50%
-    assert "| sft | 8 | 0 | 4/8 | 50 |" in markdown  # every online rate states its k/n
+    assert "| sft | 8 | 0 | 0 | 0 | 4/8 | 50 |" in markdown  # every online rate states its k/n
     assert "### Steps on solved tasks" in markdown
     assert "![success_vs_cost](evaluate/success_vs_cost.png)" in markdown
     page = catalog.load("evaluation_report_html")

@@ -2,7 +2,7 @@
 OpenAI-compatible server receives: message roles, which images in which encoding, what the judge is and is not
 shown, how replies are read, the no-image variant, and both prompt sources.
 
-The official prompt files are fetched by ``benchmarks_data download`` and never committed; the "official" source is
+The official prompt files are fetched by ``tasks.benchmarks download`` and never committed; the "official" source is
 tested with a stand-in file of the same shape (the same functions and variable names, the project's own texts)
 pinned by its own digest, which exercises the same reading code.
 """
@@ -33,8 +33,8 @@ from rmsweb_kedro.agents.openai_roles import (
     parse_key_points,
     parse_status,
 )
-from rmsweb_kedro.benchmarks_data.download import PROMPT_FILES, PromptFile
 from rmsweb_kedro.schema import Step, Task
+from rmsweb_kedro.tasks.benchmarks.download import PROMPT_FILES, PromptFile
 
 TASK = Task(
     id="t1", source="online_mind2web", site="shop", start_url="http://shop.sandbox.test/",

@@ -57,12 +57,13 @@ def test_llm_judges_record_kind_model_prompt_and_thresholds(chat_server, tmp_pat
         assert Verdict.model_validate_json(verdict.model_dump_json()).judged_by == spec
 
 
-def test_one_factory_builds_every_judge_kind_and_live_asks_it(sandbox_task_list):
-    """``build_judge`` is the one judge factory: collection's, the judge agreement's and live's (``JudgeByKind``)."""
+def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_task_list):
+    """``build_judge`` is the one judge factory, and ``JudgeByKind`` (collect, mining, evaluate, live) picks each
+    task's judge: its benchmark's, the sandbox checker for sandbox tasks, an LLM judge for tasks without one."""
     from typing import get_args
 
     from rmsweb_kedro.agents.factory import JudgeSpecConfig, build_judge
-    from rmsweb_kedro.live import LIVE_JUDGE_KINDS, JudgeByKind
+    from rmsweb_kedro.agents.judges import TASK_JUDGE_KINDS, JudgeByKind
 
     endpoint = ChatEndpoint(
         EndpointConfig(base_url="http://127.0.0.1:9/v1", model="judge-test")
@@ -76,11 +77,28 @@ def test_one_factory_builds_every_judge_kind_and_live_asks_it(sandbox_task_list)
         "rubric": RubricJudge, "reference_answer": ExactAnswerJudge,
     }  # fmt: skip
     assert built["rubric"].threshold == 0.5 and built["webjudge"].endpoint is endpoint
-    judges = JudgeByKind(endpoint, rubric_threshold=0.7)
+    judges = JudgeByKind(
+        {"kind": "sandbox_checker", "rubric_threshold": 0.7}, lambda _s: {}, endpoint=endpoint
+    )
     task = sandbox_task_list[0]
-    for kind in LIVE_JUDGE_KINDS:
+    for kind in TASK_JUDGE_KINDS:
         judge = judges.for_task(task.model_copy(update={"judge": JudgeSpec(kind=kind)}))
         assert type(judge) is type(built[kind])
     assert judges.for_task(task.model_copy(update={"judge": JudgeSpec(kind="rubric")})).threshold == 0.7
-    with pytest.raises(ValueError, match="no live judge for judge kind 'sandbox_checker'"):
-        judges.for_task(task)
+    assert type(judges.for_task(task)) is SandboxJudge
+    # A task without a checker: its rubric, its definite answer, else the LLM judge (WebJudge by default).
+    unknown = task.model_copy(update={"source": "user", "judge": JudgeSpec(kind="none")})
+    assert type(judges.for_task(unknown)) is WebJudge
+    with_answer = JudgeSpec(kind="none", config={"reference_answer": "42"})
+    assert type(judges.for_task(unknown.model_copy(update={"judge": with_answer}))) is ExactAnswerJudge
+    with_rubric = JudgeSpec(kind="none", config={"rubric": [{"criterion": "c", "max_points": 1}]})
+    assert type(judges.for_task(unknown.model_copy(update={"judge": with_rubric}))) is RubricJudge
+    # A configured LLM judge judges sandbox tasks too (judge agreement, production); the checker never judges others.
+    voyager = JudgeByKind({"kind": "webvoyager"}, None, endpoint=endpoint)
+    assert (
+        type(voyager.for_task(task)) is WebVoyagerJudge and type(voyager.for_task(unknown)) is WebVoyagerJudge
+    )
+    with pytest.raises(ValueError, match="no sandbox server runs for it"):
+        JudgeByKind({"kind": "sandbox_checker"}).for_task(task)
+    with pytest.raises(ValueError, match="has no endpoint: set judge.endpoint"):
+        JudgeByKind({"kind": "sandbox_checker"}, lambda _s: {}).for_task(unknown)

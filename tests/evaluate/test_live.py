@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
+from rmsweb_kedro.agents.judges import judge_factory
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.benchmarks_data.submission import factual_actions, read_submission
-from rmsweb_kedro.live import JudgeByKind, run_live
+from rmsweb_kedro.live import run_live
 from rmsweb_kedro.rollouts import Roles
 from rmsweb_kedro.schema import JudgeSpec, Trajectory
+from rmsweb_kedro.tasks.benchmarks.submission import factual_actions, read_submission
 from tests.evaluate.conftest import RUBRIC, judge_model, request_text
 from tests.fixtures_web import chromium_available
 
@@ -59,9 +59,10 @@ def test_live_run_judges_each_benchmark_kind_and_writes_a_submission(
             }
         ),
     ]
-    endpoint = ChatEndpoint(EndpointConfig(base_url=chat_server.base_url, model="judge-test", max_retries=0))
+    endpoint = {"base_url": chat_server.base_url, "model": "judge-test", "max_retries": 0}
     teacher = ScriptedTeacher(seed=0, imperfections=TeacherImperfections(mistake_probs={}))
-    roles = Roles(agent=lambda _seed: teacher, judge=lambda _server: JudgeByKind(endpoint))
+    judges = judge_factory({"kind": "webjudge", "endpoint": endpoint, "official_prompts": None})
+    roles = Roles(agent=lambda _seed: teacher, judge=judges)
     trajectories = run_live(tasks, roles, tmp_path / "live", max_steps=14, browser=browser_config)
 
     judges = [t.verdict.judge for t in trajectories]

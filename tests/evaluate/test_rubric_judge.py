@@ -17,8 +17,8 @@ from rmsweb_kedro.agents.rubric_judge import (
     parse_rubric_reply,
     score_rubric,
 )
-from rmsweb_kedro.benchmarks_data.loaders import load_webtailbench
 from rmsweb_kedro.schema import Step
+from rmsweb_kedro.tasks.benchmarks.loaders import load_webtailbench
 from tests.evaluate.conftest import FIXTURES
 
 RUBRIC = [
@@ -154,7 +154,7 @@ def test_endpoint_failure_is_a_judge_error_not_an_agent_failure(chat_server, fli
 
 
 def test_a_task_without_rubric_is_refused(chat_server):
-    from rmsweb_kedro.benchmarks_data.loaders import load_online_mind2web
+    from rmsweb_kedro.tasks.benchmarks.loaders import load_online_mind2web
 
     task = load_online_mind2web(FIXTURES / "online_mind2web.json").tasks[0]
     with pytest.raises(ValueError, match="has no rubric"):

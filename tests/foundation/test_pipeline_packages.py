@@ -67,7 +67,7 @@ def test_no_pipeline_package_imports_another(package):
 def test_every_pipeline_package_is_registered():
     registered = register_pipelines()
     assert set(registered) == set(PACKAGES) | {"__default__"}
-    assert list(RECIPE) == ["sandbox", "collect", "trajectories", "sft_data", "sft", "mining", "salvage_ds",
+    assert list(RECIPE) == ["tasks", "collect", "trajectories", "sft_data", "sft", "mining", "salvage_ds",
                             "evaluate"]  # fmt: skip
 
 

@@ -41,7 +41,7 @@ def mining_run(tmp_path_factory, tiny_states, tiny_checkpoint):
         "sft_states_train": states.filter(pl.col("task_id") < POOL_FROM),
         "sft_states_probe": states.filter(pl.col("task_id") >= POOL_FROM),
         "sft_model": load_model({"path": str(tiny_checkpoint)}),
-        "sandbox_tasks": pl.DataFrame(),
+        "tasks": pl.DataFrame(),
         "params:mining": params,
         "params:rollouts": {},
     }

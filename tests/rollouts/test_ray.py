@@ -1,16 +1,23 @@
 """The ``ray`` backend on a local Ray (2 CPUs) inside a loopback-only network namespace, against the ``threads``
 backend on the same seeded sandbox episodes: the same verdicts; a browser actor killed mid-episode is survived (its
 episode retried as an environment error); a driver killed mid-run and restarted resumes from the journal, each
-episode journaled exactly once."""
+episode journaled exactly once.
+
+And a two-node cluster (head + worker, 1 CPU each, joined with Ray's token authentication as the README says) in
+two network namespaces joined only by a veth pair: the worker node killed mid-episode with no spare CPU left, the run
+finishes on the head, each episode journaled once, its screenshots complete under the driver's raw root; then an
+episode past its hard limit, and a run that no live node can place, both end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,3 +122,107 @@ def test_ray_matches_threads_survives_a_dead_actor_and_a_killed_driver(task_ids,
     for key, entry in kept.items():
         assert finished[key] == entry
     assert outcomes(Journal(path, FINGERPRINT)) == expected
+
+
+def veth_namespaces_available() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-n", "-p", "-f", "--mount-proc", "ip", "link", "add", "rayh", "type", "veth", "peer", "name", "rayw"],
+        capture_output=True, timeout=30,
+    )  # fmt: skip
+    return probe.returncode == 0
+
+
+HEAD, WORKER = "10.200.0.1", "10.200.0.2"  # inside the test's namespaces only, on the veth pair between them
+
+
+def cluster_command(tmp: Path, sessions: str, settings: dict) -> list[str]:
+    """A head node (with the driver) and a worker node, each in its own network and PID namespace, joined by a veth
+    pair and nothing else; the worker joins with the head's token (``RAY_AUTH_TOKEN``, its HOME holds none) and
+    runs in another working folder than the driver. ``sessions``: Ray's folders (a short path: Ray's socket paths
+    must stay under 108 bytes)."""
+    ray = Path(sys.executable).parent / "ray"
+    for name in ("head-home", "worker-home", "worker-cwd", "driver", "busy"):
+        (tmp / name).mkdir()
+    worker = (
+        f"until ip link show rayw >/dev/null 2>&1; do sleep 0.05; done; ip link set lo up; "
+        f"ip addr add {WORKER}/24 dev rayw; ip link set rayw up; cd {tmp}/worker-cwd; "
+        f"HOME={tmp}/worker-home RAY_AUTH_TOKEN=$(cat {tmp}/token) exec {ray} start --address {HEAD}:6379 "
+        f"--node-ip-address {WORKER} --num-cpus 1 --temp-dir {sessions}/w --block >{tmp}/worker.log 2>&1"
+    )
+    script = f"""set -e
+export RAY_USAGE_STATS_ENABLED=0 HOME={tmp}/head-home PYTHONPATH={REPO / "src"}:{REPO} KEDRO_DISABLE_TELEMETRY=1 \
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+ip link set lo up
+ip addr add {HEAD}/32 dev lo  # not on the veth: a dead worker node takes the whole pair along
+ip link add rayh type veth peer name rayw
+ip link set rayh up
+ip route add {WORKER}/32 dev rayh
+{ray} get-auth-token --generate >{tmp}/token 2>/dev/null
+export RAY_AUTH_MODE=token
+{ray} start --head --node-ip-address {HEAD} --port 6379 --num-cpus 1 --include-dashboard false \
+  --temp-dir {sessions}/h >{tmp}/head.log 2>&1
+unshare -n -p -f --mount-proc --kill-child bash -c '{worker}' &
+echo $! >{tmp}/worker.pid
+until [ "$(readlink /proc/$!/ns/net)" != "$(readlink /proc/self/ns/net)" ]; do sleep 0.05; done
+ip link set rayw netns $!
+cd {tmp}/driver
+exec {sys.executable} -m tests.rollouts.ray_driver '{json.dumps(settings)}'
+"""
+    return ["unshare", "-n", "-p", "-f", "--mount-proc", "--kill-child", "bash", "-c", script]
+
+
+def test_a_node_killed_with_no_spare_cpu_ends_the_run_on_the_survivor(task_ids, tmp_path):
+    if not veth_namespaces_available():
+        pytest.skip(
+            "creating network namespaces joined by a veth pair is not permitted here (needs CAP_NET_ADMIN)"
+        )
+    journal = tmp_path / "journal.jsonl"
+    settings = {"address": f"{HEAD}:6379", "nodes": 2, "journal": str(journal), "task_ids": task_ids,
+                "browsers": 2, "delay_s": 0.3, "raw_root": "raw", "busy_dir": str(tmp_path / "busy"),
+                "kill_node": [WORKER, str(tmp_path / "worker.pid")], "result": str(tmp_path / "result.json")}  # fmt: skip
+    sessions = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    cluster = subprocess.Popen(
+        cluster_command(tmp_path, sessions, settings), cwd=REPO, start_new_session=True
+    )
+    try:
+        returncode = cluster.wait(timeout=240)  # a run waiting on an actor that cannot be placed never ends
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # both nodes, the driver and every Chromium in them
+            os.killpg(cluster.pid, signal.SIGKILL)
+        cluster.wait()
+        shutil.rmtree(sessions, ignore_errors=True)
+    assert returncode == 0, (tmp_path / "head.log").read_text()[-2000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    killed_task = (tmp_path / "busy" / WORKER).read_text()
+    print(f"node killed -> run ended in {result['ended_at'] - result['killed_at']:.1f} s")
+
+    lines = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    assert sorted(e["key"] for e in lines) == sorted(task_ids)  # each episode journaled exactly once
+    for position, entry in enumerate(sorted(lines, key=lambda e: task_ids.index(e["key"]))):
+        trajectory = entry["trajectory"]
+        assert entry["success"] is (position % 2 == 0)  # the seeds' outcomes, as on one machine (see WRONG)
+        errors = trajectory["metadata"].get("env_errors", [])
+        assert len(errors) == (entry["key"] == killed_task)
+        folder = tmp_path / "driver" / "raw" / entry["key"]  # screenshots: where the driver said, complete
+        shots = [step["screenshot"] for step in trajectory["steps"]]
+        assert shots and all(shot.startswith(f"{entry['key']}/step_") for shot in shots)
+        written = {path.name for path in folder.iterdir()}  # a step without a new page reuses the last shot
+        assert (
+            {Path(shot).name for shot in shots}
+            <= written
+            <= {f"step_{i:03d}.png" for i in range(len(shots) + 1)}
+        )
+    (died,) = next(e for e in lines if e["key"] == killed_task)["trajectory"]["metadata"]["env_errors"]
+    assert "actor died" in died
+    assert not list((tmp_path / "worker-cwd").rglob("*.png"))  # nothing in the worker node's working folder
+
+    # an agent that hangs: its actor killed at the hard limit, the episode an environment error, its files removed
+    assert result["hung"]["termination"] == "env_error" and not result["hung"]["files_left"]
+    assert result["hung"]["env_errors"] == ["the episode ran past its hard limit of 2 s"]
+
+    # no live node has the 2 CPUs a browser then asks for: the run stops and says what is missing
+    assert "needs 2 CPU (rollouts.cpus_per_browser)" in result["unplaceable"]
+    assert "1 live node(s) have 1 of 1 CPU free" in result["unplaceable"]
+    assert "ZeroDivisionError: a judge that cannot be built" in result["unbuildable"]

@@ -1,6 +1,7 @@
 """The rollout engine on the threads backend in the real sandbox (real server, real Chromium): critical points stop
 a live-mode episode before it places an order, the wall-time limit ends a slow episode, an episode whose code
-raises fails the run only after the others were journaled, and a re-run resumes; the shared config validates."""
+raises fails the run only after the others were journaled, and a re-run resumes (screenshots where the driver's
+relative paths say); the shared config validates."""
 
 from __future__ import annotations
 
@@ -131,7 +132,7 @@ class Broken:
         raise ZeroDivisionError("a bug in the agent")
 
 
-def test_time_limit_failure_and_resume(needs_chromium, sandbox_task_list, tmp_path):
+def test_time_limit_failure_and_resume(needs_chromium, sandbox_task_list, tmp_path, monkeypatch):
     tasks = sorted(
         (t for t in sandbox_task_list if t.split == "train"), key=lambda t: len(t.reference_solution)
     )
@@ -144,7 +145,11 @@ def test_time_limit_failure_and_resume(needs_chromium, sandbox_task_list, tmp_pa
     assert timed.verdict is not None and timed.success is False  # judged, as a step budget would be
 
     journal = Journal(tmp_path / "journal.jsonl", "test")
-    specs = [EpisodeSpec(key=t.id, task=t, max_steps=20) for t in (short, other)]
+    monkeypatch.chdir(tmp_path)  # screenshot folders relative to the driver's folder, as collect gives them
+    specs = [
+        EpisodeSpec(key=t.id, task=t, max_steps=20, screenshot_dir=f"raw/{t.id}", relative_to="raw")
+        for t in (short, other)
+    ]
 
     def agent(seed: int):
         return Broken() if seed == 1 else ScriptedTeacher(seed, PERFECT)
@@ -156,4 +161,6 @@ def test_time_limit_failure_and_resume(needs_chromium, sandbox_task_list, tmp_pa
     specs[1].seed = 2
     results = run_rollouts(specs, sandbox_roles(agent), sandbox_seed=0, journal=journal, progress=None)
     assert [t.success for (t,) in results] == [True, True]
+    assert results[0][0].steps[0].screenshot == f"{short.id}/step_000.png"
+    assert all((tmp_path / "raw" / step.screenshot).is_file() for (t,) in results for step in t.steps)
     assert len((tmp_path / "journal.jsonl").read_text().splitlines()) == 2  # the first was not run again

@@ -19,7 +19,7 @@ from tests.tracking.test_tracking import PROJECT, kedro_run
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 FAKE_KEY = "sk-FAKE-rmsweb-collect-5d0e8b"
-CONF = ["catalog_sandbox.yml", "parameters_sandbox.yml", "catalog_collect.yml", "parameters_collect.yml",
+CONF = ["catalog_tasks.yml", "parameters_sandbox.yml", "catalog_collect.yml", "parameters_collect.yml",
         "catalog_trajectories.yml", "parameters_trajectories.yml", "parameters_rollouts.yml", "globals.yml",
         "logging.yml", "mlflow.yml", "parameters_tracking.yml", "catalog_tracking.yml"]  # fmt: skip
 
@@ -36,9 +36,9 @@ def test_a_collect_run_uses_the_key_and_writes_it_nowhere(tmp_path, tiny_checkpo
         if (PROJECT / "conf" / "base" / name).exists():
             shutil.copy(PROJECT / "conf" / "base" / name, project / "conf" / "base" / name)
     (project / "conf" / "local" / "credentials.yml").write_text(f"teacher_endpoint:\n  api_key: {FAKE_KEY}\n")
-    tasks = project / "data" / "01_raw" / "sandbox"
+    tasks = project / "data" / "02_intermediate" / "tasks"
     tasks.mkdir(parents=True)
-    tasks_to_frame(sandbox_task_list).write_parquet(tasks / "sandbox_tasks.parquet")
+    tasks_to_frame(sandbox_task_list).write_parquet(tasks / "tasks.parquet")
     with LocalChatServer(tiny_checkpoint) as server:
         endpoint = {"base_url": server.base_url, "model": server.model_name, "credentials": "teacher_endpoint",
                     "api_key_env": None, "max_tokens": 8, "max_retries": 0}  # fmt: skip

@@ -191,7 +191,7 @@ def test_answer_normalisation() -> None:
 
 
 def test_summary_node_counts_every_task(sandbox_task_list: list[Task]) -> None:
-    from rmsweb_kedro.pipelines.sandbox.nodes import (
+    from rmsweb_kedro.pipelines.tasks.nodes import (
         generate_sandbox_tasks,
         plot_sandbox_tasks,
         summarise_sandbox_tasks,

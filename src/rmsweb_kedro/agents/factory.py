@@ -79,7 +79,7 @@ class JudgeSpecConfig(BaseModel):
     last_k: int = 15  # WebVoyager's run_eval.sh attaches the last 15 screenshots
     score_threshold: int = 3  # Online-Mind2Web's WebJudge (run.py --score_threshold 3)
     max_images: int = 50  # Online-Mind2Web's WebJudge (MAX_IMAGE = 50)
-    official_prompts: str | None = "data/01_raw/benchmarks"  # where `benchmarks_data download` put prompts/
+    official_prompts: str | None = "data/01_raw/benchmarks"  # where `tasks.benchmarks download` put prompts/
     max_tokens: int | None = Field(default=None, gt=0)  # None: the protocol's own reply budget
     rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
 

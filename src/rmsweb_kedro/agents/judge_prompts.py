@@ -1,8 +1,8 @@
 """The LLM judges' prompt texts: the benchmarks' own when they were fetched, else the project's own wording.
 
-The project ships no copy of a benchmark's prompts. ``python -m rmsweb_kedro.benchmarks_data download`` fetches the
+The project ships no copy of a benchmark's prompts. ``python -m rmsweb_kedro.tasks.benchmarks download`` fetches the
 official evaluation source files at a pinned commit into ``<benchmarks folder>/prompts/``
-(:data:`~rmsweb_kedro.benchmarks_data.download.PROMPT_FILES`); :func:`load_prompts` reads their string constants
+(:data:`~rmsweb_kedro.tasks.benchmarks.download.PROMPT_FILES`); :func:`load_prompts` reads their string constants
 with :mod:`ast` (nothing of them runs) and hands them to the judges verbatim. When a file is absent, or differs from
 the pinned digest, the judge uses the project's wording below, which asks for the same reply format, and every
 verdict records ``prompt_source="project"`` so no report calls its numbers the official protocol.
@@ -20,8 +20,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmsweb_kedro.benchmarks_data.download import PROMPT_FILES, PromptFile
 from rmsweb_kedro.schema import PromptSource
+from rmsweb_kedro.tasks.benchmarks.download import PROMPT_FILES, PromptFile
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def load_prompts(protocol: str, folder: str | Path | None, remote: PromptFile | 
     if path is None or not path.is_file():
         logger.warning(
             "%s: official prompts not found (%s); using the project's wording. Fetch them with "
-            "`python -m rmsweb_kedro.benchmarks_data download` (docs/evaluate.md)",
+            "`python -m rmsweb_kedro.tasks.benchmarks download` (docs/evaluate.md)",
             protocol,
             path or "no prompts folder configured",
         )

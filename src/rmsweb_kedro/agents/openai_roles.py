@@ -140,7 +140,7 @@ class OpenAIReflector:
 # which encoding, what the judge is shown, how the reply is read); the prompt texts come from
 # :mod:`rmsweb_kedro.agents.judge_prompts` (the benchmark's own when fetched, else the project's wording).
 
-#: Where ``python -m rmsweb_kedro.benchmarks_data download`` puts the task files and ``prompts/``.
+#: Where ``python -m rmsweb_kedro.tasks.benchmarks download`` puts the task files and ``prompts/``.
 OFFICIAL_PROMPTS_DIR = "data/01_raw/benchmarks"
 
 
@@ -208,6 +208,15 @@ class EndpointJudge:
     def _details(self, **extra: Any) -> dict:
         return {"protocol": self.protocol, "model": self.endpoint.config.model, **extra}
 
+    def unavailable(
+        self, error: str, usage: Usage, reason: str | None = None, **extra: Any
+    ) -> tuple[Verdict, Usage]:
+        """The verdict of a judge that could not judge (its endpoint still failed after its retries): marked
+        ``details["judge_error"]``, so an episode records ``termination="judge_error"``, never the agent's failure
+        (``agents.judges``)."""
+        details = self._details(error=error, judge_error=True, **extra)
+        return self.verdict(False, reason or error, details), usage
+
 
 class WebVoyagerJudge(EndpointJudge):
     """WebVoyager's auto-evaluation (``evaluation/auto_eval.py``): an attempt without a final answer scores 0 and
@@ -258,7 +267,7 @@ class WebVoyagerJudge(EndpointJudge):
                 self.messages(task, final_answer, shots), max_tokens=self.max_tokens
             )
         except EndpointError as err:
-            return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), Usage()
+            return self.unavailable(f"judge endpoint error: {err}", Usage())
         text = completion.text
         details = self._details(raw_output=text, screenshots=[Path(p).name for p in shots])
         if "NOT SUCCESS" in text:
@@ -306,7 +315,7 @@ class WebJudge(EndpointJudge):
     2. every screenshot (JPEG, ``detail: high``) scored 1-5 against the task and key points; the pages scoring at
        least ``score_threshold`` are kept, with their reasoning, the *first* ``max_images`` of each;
     3. the outcome from the task, key points, the factual action history (never the agent's answer, stop or
-       unparsed output: :func:`~rmsweb_kedro.benchmarks_data.submission.factual_actions`) and the kept pages with
+       unparsed output: :func:`~rmsweb_kedro.tasks.benchmarks.submission.factual_actions`) and the kept pages with
        their reasons, or, when none was kept, the no-image prompt; success when "success" follows "status:".
 
     ``context["screenshots"]``: the episode's pages in order (start page, then after every action), as in its
@@ -339,7 +348,7 @@ class WebJudge(EndpointJudge):
     def judge(
         self, task: Task, steps: list[Step], final_answer: str | None, context: dict
     ) -> tuple[Verdict, Usage]:
-        from rmsweb_kedro.benchmarks_data.submission import factual_actions
+        from rmsweb_kedro.tasks.benchmarks.submission import factual_actions
 
         p = self.prompts
         usage = Usage()
@@ -372,7 +381,7 @@ class WebJudge(EndpointJudge):
             outcome, used = self._ask(p["outcome_system"], [text_part(shown), *images])
             usage += used
         except EndpointError as err:
-            return self.verdict(False, f"judge endpoint error: {err}", self._details(error=str(err))), usage
+            return self.unavailable(f"judge endpoint error: {err}", usage)
         details = self._details(
             key_points=key_points,
             scores=scored,

@@ -154,8 +154,7 @@ class RubricJudge(EndpointJudge):
             try:
                 completion = self.endpoint.complete(messages, max_tokens=1024)
             except EndpointError as err:
-                details = self._details(error=f"judge endpoint error: {err}")
-                return self.verdict(False, details["error"], details), usage
+                return self.unavailable(f"judge endpoint error: {err}", usage)
             usage += completion.usage
             reply = completion.text
             try:
@@ -171,8 +170,6 @@ class RubricJudge(EndpointJudge):
                 f"({result['score']:.0%}; success from {self.threshold:.0%})"
             )
             return self.verdict(success, reason, self._details(**result)), usage
-        # An unusable reply is the judge's failure, not the agent's; "error" marks it, as the other judges do.
-        details = self._details(
-            error=f"judge reply unusable after {self.reply_attempts} tries: {error}", raw_output=reply[:2000]
-        )
-        return self.verdict(False, "judge reply unparseable", details), usage
+        # An unusable reply is the judge's failure, not the agent's: a judge error, as an endpoint that fails.
+        error = f"judge reply unusable after {self.reply_attempts} tries: {error}"
+        return self.unavailable(error, usage, "judge reply unparseable", raw_output=reply[:2000])

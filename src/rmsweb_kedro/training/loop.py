@@ -18,7 +18,10 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy traine
   metrics, run once: on the main process and broadcast, or on every process when the weights are sharded);
 - ``save_state`` checkpoints every ``save_every`` steps and at the end; ``resume=True`` continues from the last
   complete checkpoint (model, optimizer, RNG states, step count and metrics history, and, for a checkpoint taken
-  between the mu updates of a batch, that batch as rolled out, so the remaining updates use the same samples);
+  between the mu updates of a batch, that batch as rolled out, so the remaining updates use the same samples),
+  but only a run of the same data and job: ``output_dir/run_identity.json`` holds the hashes of the training
+  samples and of the settings that shape the steps (:func:`run_identity`); another run's checkpoints are an error
+  that says which differs;
 - a wall-clock budget (``max_seconds``) that ends the run early, cleanly, with a checkpoint;
 - a step with nothing to learn takes no optimizer step: when the rollout marks every micro-batch of the step
   ``learnable: False`` on every process (e.g. every sampled group was discarded), the step is counted and logged
@@ -236,6 +239,59 @@ def _count_tokens(batch: dict[str, Any]) -> int:
     return int(ids.numel()) if ids is not None else 0
 
 
+#: Settings a resumed run may change: how long it runs and how it reports, not what a step does.
+RESUMABLE_CHANGES = frozenset(
+    {"output_dir", "max_steps", "max_seconds", "resume", "progress", "log_every", "eval_every", "max_eval_batches",
+     "save_every", "keep_checkpoints", "save_checkpoints"}
+)  # fmt: skip
+
+
+def _stable(value: Any) -> Any:
+    """A JSON-able stand-in for what a sample may hold: tensors and arrays by their values, other objects by type
+    (never by ``repr``, which can carry a memory address)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return type(value).__name__
+
+
+def run_identity(config: LoopConfig, train_samples: Sequence[Any], job: dict[str, Any] | None = None) -> dict:
+    """``{"data": hash of the training samples, "job": hash of the step-shaping settings, "settings": them}``: what
+    must match for ``resume`` to continue a run. ``job``: the trainer's own settings (loss, algorithm), if any."""
+    import hashlib
+
+    data = hashlib.sha256()
+    for sample in train_samples:
+        data.update(json.dumps(sample, sort_keys=True, default=_stable).encode())
+    settings = {k: v for k, v in config.model_dump(mode="json").items() if k not in RESUMABLE_CHANGES}
+    settings |= {"job": job or {}}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {"data": data.hexdigest()[:16], "job": digest, "settings": settings}
+
+
+def check_resumable(output_dir: Path, identity: dict[str, Any]) -> None:
+    """Raise when ``output_dir`` holds checkpoints of another run (other data or job), naming what differs."""
+    path = output_dir / "run_identity.json"
+    fix = f"set loop.resume: false to start afresh (deletes {output_dir}/checkpoints) or give loop.output_dir a new folder"
+    if not path.exists():
+        raise ValueError(
+            f"{output_dir}/checkpoints has no run_identity.json (an older or foreign run): {fix}"
+        )
+    saved = json.loads(path.read_text())
+    problems = []
+    if saved.get("data") != identity["data"]:
+        problems.append(f"the training data differ (hash {saved.get('data')} there, {identity['data']} now)")
+    if saved.get("job") != identity["job"]:
+        before, now = saved.get("settings", {}), identity["settings"]
+        keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+        problems.append(f"the job differs in {keys}")
+    if problems:
+        raise ValueError(
+            f"loop.resume: {output_dir} holds checkpoints of another run: {'; '.join(problems)}; {fix}"
+        )
+
+
 def _checkpoints(output_dir: Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
     root = output_dir / "checkpoints"
@@ -368,13 +424,15 @@ def train_loop(
     eval_fn: Callable[[Any], dict[str, float]] | None = None,
     accelerator=None,
     rollout: Rollout | None = None,
+    job: dict[str, Any] | None = None,
 ) -> LoopResult:
     """Train ``model`` for ``config.max_steps`` optimizer steps (or until ``max_seconds``); see the module doc.
 
     ``train_samples``/``eval_samples``: any indexable sequence (a list of dicts is typical). ``eval_fn(model)``
     returns extra metrics at each evaluation, logged as they are named (e.g. ``{'eval/val/step_success_rate': 0.4}``).
     Pass ``accelerator`` to share one (e.g. to build the model under it); by default one is made from ``config``.
-    ``rollout``: see the module doc (it receives the prepared model, e.g. DDP-wrapped).
+    ``rollout``: see the module doc (it receives the prepared model, e.g. DDP-wrapped). ``job``: the trainer's own
+    settings, part of the run's identity (:func:`run_identity`) that ``resume`` checks.
     """
     import torch
     from accelerate.utils import set_seed
@@ -422,6 +480,11 @@ def train_loop(
     #: the micro-batches of the sampled batch being trained on, as rolled out; None between batches
     pending: list[dict[str, Any]] | None = None
     checkpoints = _checkpoints(output_dir) if config.resume else []
+    identity = run_identity(config, train_samples, job)
+    if checkpoints:
+        check_resumable(output_dir, identity)
+    elif accelerator.is_main_process:
+        (output_dir / "run_identity.json").write_text(json.dumps(identity, indent=2, sort_keys=True))
     if checkpoints:
         accelerator.load_state(str(checkpoints[-1]))
         accelerator.wait_for_everyone()

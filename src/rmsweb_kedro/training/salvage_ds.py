@@ -892,7 +892,9 @@ def train_salvage_ds(
     full_weights = not hasattr(model, "disable_adapter")
     reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 and full_weights else None
     group_log = Path(loop_config.output_dir) / GROUP_LOG
-    if not (loop_config.resume and _checkpoints(Path(loop_config.output_dir))):  # a fresh run: its records only
+    if not (
+        loop_config.resume and _checkpoints(Path(loop_config.output_dir))
+    ):  # a fresh run: its records only
         group_log.unlink(missing_ok=True)
     step = SalvageDSStep(
         p,

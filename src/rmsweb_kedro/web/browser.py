@@ -5,16 +5,26 @@ One env per thread: Playwright's sync API belongs to the thread that started it,
 in the same thread (``rollouts.run_rollouts`` does this for N envs, on threads or Ray actors). Errors of an action (unknown id, timeout, blocked
 URL) go into ``Observation.error``; a crashed browser is relaunched with the session's cookies and the last URL,
 and that observation has ``env_error=True``. See docs/sandbox.md.
+
+What a page may load depends on the task. A sandbox task keeps to its own host (and ``allowed_domains``), every
+request alike, as the sandbox was built. Any other task is on the open web: a top-level navigation stays on the
+task's site, its registrable domain (``publicsuffixlist``, offline, private suffixes included: two users' pages on
+one hosting suffix are two sites), or a configured domain; sub-resources (scripts, styles, images, fonts, XHR,
+frames) load from any http(s) host but the deny list (``blocked_hosts`` and ``blocked_hosts_file``); other schemes
+are refused. On the open web each observation also says whether the site refused the browser
+(``Observation.blocked``: :func:`block_kind`), an environment outcome the episode records as ``blocked``.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import logging
 import os
 import re
 import time
 import uuid
+from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +32,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field
 
 from rmsweb_kedro.actions import Action, ActionType
-from rmsweb_kedro.schema import Element, Observation, Task
+from rmsweb_kedro.schema import BlockKind, Element, Observation, Task
 from rmsweb_kedro.web.page_scripts import load_script
 
 logger = logging.getLogger(__name__)
@@ -57,7 +67,13 @@ class BrowserConfig(BaseModel):
     navigation_timeout_ms: int = Field(default=15000, gt=0)
     # A fixed pause after each action; navigations an action starts are awaited anyway.
     settle_ms: int = Field(default=0, ge=0)
-    allowed_domains: list[str] = Field(default_factory=list)  # besides the task's own host
+    #: Besides the task's own host (open web: its site); ``"*"``: any host (a search engine's task that must reach
+    #: result sites, WebTailBench's from bing.com).
+    allowed_domains: list[str] = Field(default_factory=list)
+    #: Open web: hosts no request may reach (a host and its subdomains), and a file of more (one host a line, or
+    #: hosts-file lines ``0.0.0.0 host``; ``#`` comments), as OpenWebRL keeps one.
+    blocked_hosts: list[str] = Field(default_factory=list)
+    blocked_hosts_file: str | None = None
     set_of_marks: bool = False
     screenshots: bool = True
     max_text_chars: int = Field(default=100, gt=0)
@@ -124,9 +140,90 @@ def parse_axtree(axtree: str) -> list[Element]:
     return elements
 
 
+@cache
+def _suffixes() -> Any:
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList()  # the list shipped in the package: no network
+
+
+def registrable_domain(host: str) -> str:
+    """The site a host belongs to: its registrable domain under the Public Suffix List, private suffixes included
+    (``a.b.github.io`` -> ``b.github.io``, ``www.bbc.co.uk`` -> ``bbc.co.uk``); an IP address, ``localhost`` or a
+    bare suffix is its own site."""
+    host = host.lower().strip(".")
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return host
+    except ValueError:
+        return _suffixes().privatesuffix(host) or host
+
+
+def read_blocked_hosts(path: str | Path) -> set[str]:
+    """The hosts of a blocked-hosts file: one a line (a hosts file's ``0.0.0.0 host`` too), ``#`` comments."""
+    hosts = set()
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            hosts.add(words[-1].lower().strip("."))
+    return hosts
+
+
+#: Titles and texts of captcha and anti-bot interstitials (Cloudflare, Akamai, PerimeterX, DataDome, reCAPTCHA).
+_INTERSTITIAL_TITLE = re.compile(
+    r"^\s*(just a moment|attention required|access denied|are you a (robot|human)|verify you are human|"
+    r"security check|one more step|pardon our interruption|robot check|captcha)",
+    re.IGNORECASE,
+)
+_CHALLENGE_TEXT = re.compile(
+    r"verify (that )?you are (a )?human|are you a robot|unusual traffic from your|checking your browser|"
+    r"checking if the site connection is secure|press (&|and) hold|complete the security check|solve (this|the) captcha",
+    re.IGNORECASE,
+)
+_LOGIN = re.compile(r"(^|[^a-z])(log[ _-]?in|sign[ _-]?in|signin|login|auth|sso)([^a-z]|$)", re.IGNORECASE)
+#: A login wall is a login form, not a site page with a sign-in box in its header.
+_LOGIN_WALL_MAX_ELEMENTS = 25
+
+
+def block_kind(signals: dict[str, Any], status: int | None, url: str) -> BlockKind | None:
+    """Whether a page refuses the browser, and how: ``captcha`` (a captcha or anti-bot widget, or an interstitial's
+    title or text), ``http_403``/``http_429`` (the status of the page's main document), ``login_wall`` (a visible
+    password field on a small page whose address or title says log in / sign in); None for an ordinary page.
+    ``signals``: the page script ``block_signals``'s result."""
+    text = signals.get("text", "")
+    if (
+        signals.get("captchaWidget")
+        or _INTERSTITIAL_TITLE.search(signals.get("title", ""))
+        or (len(text) < 2000 and _CHALLENGE_TEXT.search(text))
+    ):
+        return "captcha"
+    if status in (403, 429):
+        return "http_403" if status == 403 else "http_429"
+    if (
+        signals.get("passwordFields", 0) > 0
+        and signals.get("interactive", 0) <= _LOGIN_WALL_MAX_ELEMENTS
+        and (_LOGIN.search(urlsplit(url).path) or _LOGIN.search(signals.get("title", "")))
+    ):
+        return "login_wall"
+    return None
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
+
+
+def _within(host: str, domains: set[str]) -> bool:
+    """Whether ``host`` is one of ``domains`` or a subdomain of one."""
+    return any(host == d or host.endswith("." + d) for d in domains)
+
+
+def _top_level(request: Any) -> bool:
+    """Whether a request navigates a page's main frame (a link, a form, ``goto``, a new tab), not a frame's."""
+    try:
+        return request.is_navigation_request() and request.frame.parent_frame is None
+    except Exception:  # a request without a frame (a service worker's) is no navigation
+        return False
 
 
 class BrowserEnv:
@@ -143,6 +240,11 @@ class BrowserEnv:
         self._cdp_page: Any = None
         self._cookies: list[dict[str, Any]] = []
         self._allowed_hosts: set[str] = set()
+        self._site: str | None = None  # the task's registrable domain on the open web; None: a sandbox task
+        self._denied = {h.lower().strip(".") for h in self.config.blocked_hosts}
+        if self.config.blocked_hosts_file:
+            self._denied |= read_blocked_hosts(self.config.blocked_hosts_file)
+        self._documents: dict[int, int] = {}  # id(page) -> HTTP status of its main document
         self._origins: set[str] = set()  # origins this context reached (cleared for the next episode)
         self._blocked: list[str] = []
         self._known_pages: set[int] = set()
@@ -231,7 +333,7 @@ class BrowserEnv:
 
     def _adopt(self, page: Any) -> None:
         """``page``, the only one of a new or emptied context, becomes the episode's page."""
-        self._crashed_pages, self._origins = set(), set()
+        self._crashed_pages, self._origins, self._documents = set(), set(), {}
         self._page = page
         self._watch(page)
         self._known_pages = {id(page)}
@@ -241,10 +343,20 @@ class BrowserEnv:
         note a crash of its renderer."""
         page.on("framenavigated", lambda frame: self._count_navigation(frame))
         page.on("crash", lambda crashed: self._crashed_pages.add(id(crashed)))
+        if self._site is not None:  # the open web only: a sandbox page never refuses the browser
+            page.on("response", lambda response: self._note_document(page, response))
 
     def _count_navigation(self, frame: Any) -> None:
         if frame.parent_frame is None:
             self._navigations += 1
+
+    def _note_document(self, page: Any, response: Any) -> None:
+        """Keep the status of a page's main document (a redirect's last hop wins), for :func:`block_kind`."""
+        try:
+            if response.request.resource_type == "document" and response.frame.parent_frame is None:
+                self._documents[id(page)] = response.status
+        except Exception as err:  # a response of a frame already gone
+            logger.debug("reading a response: %s", err)
 
     def browser_pids(self) -> list[int]:
         """Process ids of this env's Chromium processes (Linux /proc); for tests that kill the browser."""
@@ -259,19 +371,27 @@ class BrowserEnv:
         return pids
 
     # ------------------------------------------------------------------ allow-list
-    def allowed(self, url: str) -> bool:
-        """http(s) to the task's host or a configured domain (or a subdomain of one); nothing else."""
+    def allowed(self, url: str, top_level: bool = True) -> bool:
+        """Whether a request may go out (module docstring): http(s) only (and ``about:blank``, ``data:``); a
+        sandbox task's every request to its host or a configured domain (or a subdomain of one); on the open web a
+        ``top_level`` navigation to the task's site or a configured domain, a sub-resource to any host not denied."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             return parts.scheme in ("about", "data") and url.startswith(("about:blank", "data:"))
         host = (parts.hostname or "").lower()
-        return host in self._allowed_hosts or any(
-            host == d or host.endswith("." + d) for d in (d.lower() for d in self.config.allowed_domains)
-        )
+        if _within(host, self._denied):
+            return False
+        if self._site is not None and not top_level:
+            return True
+        domains = {d.lower() for d in self.config.allowed_domains}
+        if host in self._allowed_hosts or "*" in domains or _within(host, domains):
+            return True
+        return self._site is not None and registrable_domain(host) == self._site
 
     def _route(self, route: Any) -> None:
         url = route.request.url
-        if self.allowed(url):
+        top_level = self._site is None or _top_level(route.request)
+        if self.allowed(url, top_level):
             parts = urlsplit(url)
             if parts.scheme in ("http", "https") and parts.hostname:  # the origin: no user info
                 self._origins.add(
@@ -279,7 +399,8 @@ class BrowserEnv:
                 )
             route.continue_()
         else:
-            self._blocked.append(url)
+            if top_level:  # a denied sub-resource on the open web is not the agent's doing
+                self._blocked.append(url)
             route.abort("blockedbyclient")
 
     # ------------------------------------------------------------------ episode
@@ -301,6 +422,8 @@ class BrowserEnv:
             self._screenshot_dir.mkdir(parents=True, exist_ok=True)
         self._cookies, self._blocked = [], []
         self._allowed_hosts = {(urlsplit(task.start_url).hostname or "").lower()}
+        open_web = task.source != "sandbox"
+        self._site = registrable_domain(next(iter(self._allowed_hosts))) if open_web else None
         self._last_url = task.start_url
         error, env_error = None, False
         for attempt in range(2):
@@ -404,7 +527,7 @@ class BrowserEnv:
             return None
         if kind == ActionType.GOTO:
             if not self.allowed(action.url or ""):
-                return f"blocked: {action.url} is not in the allow-list"
+                return f"blocked: {action.url} is not in the allow-list"  # the task's site, on the open web
             page.goto(action.url)
             return None
         if kind == ActionType.GO_BACK:
@@ -535,6 +658,10 @@ class BrowserEnv:
         if page.url.startswith(("http://", "https://")):
             self._last_url = page.url
         tabs = [p.url for p in self._context.pages if p is not page and not p.is_closed()] + [page.url]
+        blocked = None
+        if self._site is not None and page.url.startswith(("http://", "https://")):
+            signals = page.evaluate(_script("block_signals"))
+            blocked = block_kind(signals, self._documents.get(id(page)), page.url)
         return Observation(
             url=page.url,
             title=snapshot["title"],
@@ -542,6 +669,7 @@ class BrowserEnv:
             elements=elements,
             screenshot=screenshot,
             tabs=tabs,
+            blocked=blocked,
             scroll=tuple(snapshot.get("scroll", (0.0, 0.0))),
         )
 

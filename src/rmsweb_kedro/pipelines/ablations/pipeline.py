@@ -70,7 +70,7 @@ def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
         chain,
         variant,
         ("collect", "trajectories", "sft_data", "sft"),
-        replaced={"sandbox_tasks": "ablations.collection_pool", "base_model": "sft_model"},
+        replaced={"tasks": "ablations.collection_pool", "base_model": "sft_model"},
     )
     describe = Node(
         bind(nodes.describe_collection_variant, variant=variant, mode=mode),
@@ -125,7 +125,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
     evaluation = pipeline(
         reused.model_evaluation(models),
         namespace="ablations",
-        inputs={"sft_states_val", "sandbox_tasks", *models.values()},
+        inputs={"sft_states_val", "tasks", *models.values()},
         parameters={
             "evaluate": "ablations.evaluate",
             "rollouts": "rollouts",
@@ -169,7 +169,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
             [
                 Node(
                     nodes.collection_pool,
-                    inputs=["sandbox_tasks", "sft_states_train", "sft_states_val"],
+                    inputs=["tasks", "sft_states_train", "sft_states_val"],
                     outputs="ablations.collection_pool",
                     name="collection_pool",
                     namespace="ablations",

@@ -14,11 +14,11 @@ from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame
 
 
-def select_collection_tasks(sandbox_tasks: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
-    """The tasks to collect on: ``split`` (all when null), at most ``max_tasks`` drawn (seeded) round-robin over
+def select_collection_tasks(tasks: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
+    """The tasks to collect on (of the ``tasks`` table, docs/tasks.md): ``split`` (all when null), at most ``max_tasks`` drawn (seeded) round-robin over
     task templates, so a cap gives every template the same share."""
     config = CollectParams.model_validate(params)
-    return tasks_to_frame(tasks_from_frame(collection.select_tasks(sandbox_tasks, config)))
+    return tasks_to_frame(tasks_from_frame(collection.select_tasks(tasks, config)))
 
 
 def collect_trajectories(
@@ -27,7 +27,7 @@ def collect_trajectories(
     rollouts: dict[str, Any] | None = None,
     credentials: Credentials | None = None,
 ) -> pl.DataFrame:
-    """Run every mode's attempts in the sandbox (resuming from the journal) on the ``rollouts`` backend; one log
+    """Run every mode's attempts (resuming from the journal) on the ``rollouts`` backend; one log
     row per attempt, failed ones and environment errors included, each with its full trajectory. ``credentials``:
     Kedro's (``endpoint_credentials``), for OpenAI-compatible roles."""
     config = CollectParams.model_validate(params)

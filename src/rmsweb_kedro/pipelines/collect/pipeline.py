@@ -1,4 +1,4 @@
-"""Wiring of the collect pipeline: sandbox_tasks -> collection_log -> raw_trajectories, collection_stats, plot."""
+"""Wiring of the collect pipeline: tasks -> collection_log -> raw_trajectories, collection_stats, plot."""
 
 from kedro.pipeline import Node, Pipeline
 
@@ -16,7 +16,7 @@ def create_pipeline(**kwargs) -> Pipeline:
         [
             Node(
                 select_collection_tasks,
-                ["sandbox_tasks", "params:collect"],
+                ["tasks", "params:collect"],
                 "collection_tasks",
                 name="select_collection_tasks",
             ),

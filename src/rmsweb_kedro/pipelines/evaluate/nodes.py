@@ -23,7 +23,7 @@ def predict_offline(
 
 
 def run_online(
-    sandbox_tasks: pl.DataFrame,
+    tasks: pl.DataFrame,
     model: Any,
     params: dict[str, Any],
     model_name: str,
@@ -32,7 +32,7 @@ def run_online(
     """``online_episodes_<model>`` and ``online_steps_<model>``: one row per judged sandbox episode and one per
     step of each (:func:`~rmsweb_kedro.evaluation.run_online`, on the ``params:rollouts`` backend)."""
     config = EvaluateParams.model_validate(params)
-    return evaluation.run_online(sandbox_tasks, model, config, model_name, rollouts)
+    return evaluation.run_online(tasks, model, config, model_name, rollouts)
 
 
 def offline_by_step_kind(predictions: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:

@@ -14,7 +14,7 @@ MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
 
 def model_evaluation(models: dict[str, str]) -> Pipeline:
     """Offline step metrics and online success of each model (label -> checkpoint dataset) on ``sft_states_val``
-    and ``sandbox_tasks``: ``offline_predictions``, ``online_episodes`` (and their steps, ``online_steps``), ``offline_metrics``,
+    and ``tasks``: ``offline_predictions``, ``online_episodes`` (and their steps, ``online_steps``), ``offline_metrics``,
     ``offline_by_step_kind``, ``online_breakdown`` and ``model_comparison`` (one row per label, in this order)."""
     per_model = []
     for label, dataset in models.items():
@@ -28,7 +28,7 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
             Node(
                 bind(nodes.run_online, model_name=label),
                 inputs={
-                    "sandbox_tasks": "sandbox_tasks",
+                    "tasks": "tasks",
                     "model": dataset,
                     "params": "params:evaluate",
                     "rollouts": "params:rollouts",

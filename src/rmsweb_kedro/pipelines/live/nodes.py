@@ -1,5 +1,5 @@
 """Nodes of the ``live`` pipeline: the benchmark tasks chosen, the policy run on their real websites and judged
-(:func:`rmsweb_kedro.live.run_live`, judges by task kind: :class:`rmsweb_kedro.live.JudgeByKind`), and a summary
+(:func:`rmsweb_kedro.live.run_live`, judges by task kind: :mod:`rmsweb_kedro.agents.judges`), and a summary
 per benchmark. Parameters: ``params:live`` (conf/base/parameters_live.yml); the policy acts with
 ``params:evaluate.policy``.
 """
@@ -15,9 +15,10 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.endpoint import Credentials, EndpointConfig
-from rmsweb_kedro.benchmarks_data.submission import SubmissionSchema
+from rmsweb_kedro.agents.factory import JudgeSpecConfig
+from rmsweb_kedro.agents.judges import judge_factory
 from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy, success_summary
-from rmsweb_kedro.live import JudgeByKind, protocol_label, run_live
+from rmsweb_kedro.live import protocol_label, run_live
 from rmsweb_kedro.reporting import with_counts
 from rmsweb_kedro.rollouts import CriticalPoints, Journal, Roles, fingerprint
 from rmsweb_kedro.schema import (
@@ -27,6 +28,7 @@ from rmsweb_kedro.schema import (
     tasks_to_frame,
     trajectory_row,
 )
+from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ class LiveParams(BaseModel):
     n_envs: int = Field(default=1, ge=1, description="browsers at once (threads, or Ray actors)")
     judge: EndpointConfig | None = None  # one OpenAI-compatible endpoint for every LLM judge
     judge_models: dict[str, str] = Field(default_factory=dict)  # judge kind -> model, same endpoint otherwise
-    official_prompts: str | None = "data/01_raw/benchmarks"  # where `benchmarks_data download` put prompts/
+    official_prompts: str | None = "data/01_raw/benchmarks"  # where `tasks.benchmarks download` put prompts/
     submission_schema: SubmissionSchema = "v1"  # Online-Mind2Web's result.json schema
     rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
     output_dir: str = "data/07_model_output/live"
@@ -116,17 +118,16 @@ def run_live_tasks(
     if not tasks:
         return pl.DataFrame(schema=schema), pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
     acting = load_policy(model, EvaluateParams.model_validate({"policy": policy}), greedy=True)
-    endpoint, threshold = live.judge, live.rubric_threshold
-    models, official_prompts = live.judge_models, live.official_prompts
-
-    def judges(_server: Any) -> JudgeByKind:  # built where the browser runs (a thread, or a Ray actor)
-        from rmsweb_kedro.agents.endpoint import ChatEndpoint
-
-        per_kind = {
-            kind: ChatEndpoint(endpoint.model_copy(update={"model": name}), credentials)
-            for kind, name in models.items()
-        }
-        return JudgeByKind(ChatEndpoint(endpoint, credentials), threshold, official_prompts, per_kind)
+    spec = JudgeSpecConfig(
+        kind="webjudge",  # tasks without a judge of their own (the benchmarks' tasks all name one)
+        endpoint=live.judge,
+        official_prompts=None if live.official_prompts is None else str(live.official_prompts),
+        rubric_threshold=live.rubric_threshold,
+    )
+    per_kind = {
+        kind: live.judge.model_copy(update={"model": name}) for kind, name in live.judge_models.items()
+    }
+    judges = judge_factory(spec, credentials, per_kind)
 
     decisive = live.model_dump(mode="json", include={"max_steps", "max_steps_by_benchmark", "judge",
                                                      "judge_models", "official_prompts", "rubric_threshold",
@@ -164,7 +165,8 @@ def run_live_tasks(
 
 
 def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
-    """Per benchmark: tasks, environment errors, critical points reached, successes (k/n) and success rate with
+    """Per benchmark: tasks, environment outcomes (``env_errors``: not judged; of them ``blocked`` by the site and
+    ``judge_errors``), critical points reached, successes (k/n) and success rate with
     its Wilson interval, the spread of the per-run rates, steps on solved tasks, tokens and cost per task (judges'
     cost included), and whether the number follows the benchmark's official protocol (``protocol``)."""
     confidence = LiveParams.model_validate(params).confidence
@@ -174,7 +176,8 @@ def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFram
     ]
     frame = pl.DataFrame(
         rows,
-        schema={"benchmark": pl.String, "episodes": pl.Int64, "env_errors": pl.Int64, "critical_points": pl.Int64}
+        schema={"benchmark": pl.String, "episodes": pl.Int64, "env_errors": pl.Int64, "blocked": pl.Int64,
+                "judge_errors": pl.Int64, "critical_points": pl.Int64}
         | dict.fromkeys(["success_rate", "success_low", "success_high", "run_std", "steps_on_solved",
                          "tokens_per_task", "cost_per_task_usd", "wall_s_per_task"], pl.Float64),
     )  # fmt: skip

@@ -27,7 +27,7 @@ from rmsweb_kedro.mining import (
 )
 from rmsweb_kedro.probing import MiningParams
 from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import tasks_from_frame
+from rmsweb_kedro.schema import ENV_TERMINATIONS, tasks_from_frame
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def probe_offline(corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any]) 
 
 
 def probe_online(
-    sandbox_tasks: pl.DataFrame,
+    tasks: pl.DataFrame,
     sft_states_train: pl.DataFrame,
     sft_states_probe: pl.DataFrame,
     sft_model: Any,
@@ -75,7 +75,7 @@ def probe_online(
     states, the rollouts' counts and their steps (``mining_online_steps``, for the viewer)."""
     config = MiningParams.model_validate(params)
     references = corpus_states(sft_states_train, sft_states_probe)
-    return probing.probe_online(tasks_from_frame(sandbox_tasks), references, sft_model, config, rollouts)
+    return probing.probe_online(tasks_from_frame(tasks), references, sft_model, config, rollouts)
 
 
 def select_critical_states(
@@ -109,10 +109,12 @@ def summarize_failure_modes(
 ) -> pl.DataFrame:
     """``failure_modes``: per source and failure mode (every mode listed, zeros included), the number of critical
     states, their share of the source's critical states and mean competence (:func:`mining.failure_mode_table`);
-    the online ``environment_error`` row counts the rollouts the environment failed."""
+    the online ``environment_error`` row counts the rollouts the environment failed (crashed, blocked by the site,
+    or not judged: ``schema.ENV_TERMINATIONS``)."""
     config = MiningParams.model_validate(params)
     probed = pl.concat([offline, online], how="diagonal_relaxed")
-    return failure_mode_table(probed, online_rollouts.get("env_error", 0), config.competence_threshold)
+    env_failed = sum(online_rollouts.get(end, 0) for end in ENV_TERMINATIONS)
+    return failure_mode_table(probed, env_failed, config.competence_threshold)
 
 
 def plot_failure_modes(failure_modes: pl.DataFrame):

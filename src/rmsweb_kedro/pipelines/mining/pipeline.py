@@ -23,7 +23,7 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 nodes.probe_online,
                 inputs={
-                    "sandbox_tasks": "sandbox_tasks",
+                    "tasks": "tasks",
                     "sft_states_train": "sft_states_train",
                     "sft_states_probe": "sft_states_probe",
                     "sft_model": "sft_model",

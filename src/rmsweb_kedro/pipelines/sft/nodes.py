@@ -44,6 +44,8 @@ class SFTParams(BaseModel):
         ge=0,
         description="val states scored before and after (step metrics; drawn with the loop seed); None: all",
     )
+    #: the reply budget of those greedy decodes: a reply with a thought (``include_thought``) needs more
+    accuracy_max_new_tokens: int = Field(default=48, gt=0)
 
 
 def _corpus(states: pl.DataFrame, config: SFTConfig) -> list[str]:
@@ -92,14 +94,16 @@ def augment_train_states(sft_states_train: pl.DataFrame, params: dict[str, Any])
     return pl.concat([sft_states_train, pl.DataFrame(copies, schema=sft_states_train.schema)])
 
 
-def val_step_metrics(model, processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, Any]:
+def val_step_metrics(
+    model, processor, states: list[dict[str, Any]], config: SFTConfig, max_new_tokens: int = 48
+) -> dict[str, Any]:
     """The step metrics (``scoring.step_rates``: ``step_success_rate``, ``invalid_format_rate``, ...) of the
     model's greedy replies on ``states``, scored by :func:`rmsweb_kedro.scoring.score_states`."""
     from rmsweb_kedro.agents.hf_policy import HFPolicy
     from rmsweb_kedro.scoring import ScoringConfig, score_states, step_rates
 
     policy = HFPolicy(model, processor, prompt=config.prompt, greedy=True)
-    return step_rates(score_states(states, policy, ScoringConfig(max_new_tokens=48)))
+    return step_rates(score_states(states, policy, ScoringConfig(max_new_tokens=max_new_tokens)))
 
 
 def _token_stats(processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, float]:
@@ -151,13 +155,13 @@ def train_sft(
     model, processor = base_model
     train, val = sft_states_train.to_dicts(), sft_states_val.to_dicts()
     probe = draw_states(sft_states_val, config.accuracy_states, training.loop.seed).to_dicts()
-    before = val_step_metrics(model, processor, probe, training)
+    before = val_step_metrics(model, processor, probe, training, config.accuracy_max_new_tokens)
     if training.launch:
         result = _train_launched(base_model, sft_states_train, sft_states_val, training)
     else:
         result = run_sft(model, processor, train, val, training)
     model, history, steps, stopped_early = result.model, result.history, result.step, result.stopped_early
-    after = val_step_metrics(model, processor, probe, training)
+    after = val_step_metrics(model, processor, probe, training, config.accuracy_max_new_tokens)
     logger.info(
         "val step_success_rate: base %s -> sft %s", before["step_success_rate"], after["step_success_rate"]
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 from kedro.io import AbstractDataset, DatasetError
 
-from rmsweb_kedro.benchmarks_data import loaders
+from rmsweb_kedro.tasks.benchmarks import loaders
 
 BENCHMARKS = ("webvoyager", "gaia_web", "online_mind2web", "webtailbench")
 
@@ -37,7 +37,7 @@ class BenchmarkTasksDataset(AbstractDataset[None, loaders.LoadResult]):
         if not Path(self.filepath).is_file():
             raise DatasetError(
                 f"{self.benchmark} task file {self.filepath} is missing: fetch the files with "
-                "`python -m rmsweb_kedro.benchmarks_data download --dest data/01_raw/benchmarks`"
+                "`python -m rmsweb_kedro.tasks.benchmarks download --dest data/01_raw/benchmarks`"
             )
         if self.benchmark == "webvoyager":
             reference = None

@@ -1,4 +1,4 @@
-"""``python -m rmsweb_kedro.benchmarks_data download --dest data/01_raw/benchmarks``: fetch the task files and the
+"""``python -m rmsweb_kedro.tasks.benchmarks download --dest data/01_raw/benchmarks``: fetch the task files and the
 official judge prompts (``prompts/``, at pinned commits; ``--only tasks|prompts`` for one kind);
 ``... check --root DIR``: load every file found and print accepted/quarantined counts."""
 
@@ -8,18 +8,18 @@ import argparse
 import logging
 import sys
 
-from rmsweb_kedro.benchmarks_data.download import (
+from rmsweb_kedro.tasks.benchmarks.download import (
     PROMPT_FILES,
     REMOTE_FILES,
     DownloadError,
     download,
     mirrored,
 )
-from rmsweb_kedro.benchmarks_data.loaders import BenchmarkFileError, load_folder
+from rmsweb_kedro.tasks.benchmarks.loaders import BenchmarkFileError, load_folder
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsweb_kedro.benchmarks_data", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rmsweb_kedro.tasks.benchmarks", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     fetch = commands.add_parser("download", help="download the benchmark task files from their public homes")
     fetch.add_argument("--dest", default="data/01_raw/benchmarks")

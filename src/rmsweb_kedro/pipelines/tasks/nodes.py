@@ -1,4 +1,5 @@
-"""Nodes of the sandbox pipeline: generate the task suite and summarise it."""
+"""Nodes of the tasks pipeline: generate the sandbox suite and summarise it; assemble the ``tasks`` table of the
+configured sources (:mod:`rmsweb_kedro.tasks.sources`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import polars as pl
 
 from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.tasks.sources import TasksParams, assemble
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
 
 logger = logging.getLogger(__name__)
@@ -20,6 +22,14 @@ def generate_sandbox_tasks(params: dict[str, Any]) -> pl.DataFrame:
     tasks = generate_tasks(config)
     logger.info("Generated %d sandbox tasks (split mode %s)", len(tasks), config.split_mode)
     return tasks_to_frame(tasks)
+
+
+def assemble_tasks(
+    sandbox_tasks: pl.DataFrame, params: dict[str, Any]
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The ``tasks`` table of ``params:tasks.sources`` (the sandbox suite alone by default, row for row), the
+    quarantined rows of the task files (file, line, field, reason) and the per-file counts."""
+    return assemble(sandbox_tasks, TasksParams.model_validate(params))
 
 
 def summarise_sandbox_tasks(tasks: pl.DataFrame) -> pl.DataFrame:

@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmsweb_kedro.benchmarks_data import loaders
+from rmsweb_kedro.tasks.benchmarks import loaders
 
 logger = logging.getLogger(__name__)
 

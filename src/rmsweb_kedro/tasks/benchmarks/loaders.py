@@ -38,14 +38,14 @@ class BenchmarkFileError(ValueError):
     """A benchmark file that cannot be read at all; the message names the file (and the line when known)."""
 
 
-def _http_url(value: str) -> str:
+def http_url(value: str) -> str:
     parsed = urlparse(value)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"not an http(s) URL: {value!r}")
     return value
 
 
-HttpUrlText = Annotated[str, AfterValidator(_http_url)]
+HttpUrlText = Annotated[str, AfterValidator(http_url)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
@@ -129,7 +129,7 @@ class WebTailBenchRow(_Row):
     @field_validator("web")
     @classmethod
     def _web_empty_or_url(cls, value: str) -> str:
-        return _http_url(value) if value else value
+        return http_url(value) if value else value
 
 
 # ---------------------------------------------------------------- results
@@ -180,7 +180,7 @@ class LoadResult:
         )
 
 
-def _describe(error: ValidationError) -> tuple[str, str]:
+def describe(error: ValidationError) -> tuple[str, str]:
     """(fields, reason) of a validation error: 'ques', 'field required'."""
     problems = error.errors()
     fields = ", ".join(".".join(str(p) for p in e["loc"]) or "<row>" for e in problems)
@@ -194,7 +194,7 @@ def _describe(error: ValidationError) -> tuple[str, str]:
 # ---------------------------------------------------------------- readers (line, raw text, parsed object or error)
 
 
-def _read_text(path: Path) -> str:
+def read_text(path: Path) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -203,7 +203,7 @@ def _read_text(path: Path) -> str:
         raise BenchmarkFileError(f"{path}: cannot be read as UTF-8 text: {err}") from None
 
 
-def _jsonl_records(text: str) -> Iterator[tuple[int, str, Any, str | None]]:
+def jsonl_records(text: str) -> Iterator[tuple[int, str, Any, str | None]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -213,7 +213,7 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, str, Any, str | None]]:
             yield number, line, None, f"not valid JSON: {err.msg} (column {err.colno})"
 
 
-def _json_array_records(text: str, path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
+def json_array_records(text: str, path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
     """The elements of a top-level JSON array with the line each starts on (json.load forgets lines)."""
     decoder = json.JSONDecoder()
 
@@ -250,7 +250,7 @@ def _json_array_records(text: str, path: Path) -> Iterator[tuple[int, str, Any, 
 # ---------------------------------------------------------------- the generic loop
 
 
-def _load_rows(
+def load_rows(
     path: Path,
     records: Iterator[tuple[int, str, Any, str | None]],
     row_model: type[_Row],
@@ -272,7 +272,7 @@ def _load_rows(
         try:
             row = row_model.model_validate(record)
         except ValidationError as err:
-            result._reject(line, record_id, *_describe(err), raw)
+            result._reject(line, record_id, *describe(err), raw)
             continue
         if record_id in first_line_of:
             result._reject(
@@ -283,7 +283,7 @@ def _load_rows(
         try:
             result.tasks.append(to_task(row))
         except (ValidationError, ValueError) as err:
-            fields, reason = _describe(err) if isinstance(err, ValidationError) else ("<task>", str(err))
+            fields, reason = describe(err) if isinstance(err, ValidationError) else ("<task>", str(err))
             result._reject(line, record_id, fields, reason, raw)
     return result
 
@@ -302,7 +302,7 @@ class ReferenceAnswers:
 def load_webvoyager_reference_answers(path: Path | str) -> ReferenceAnswers:
     """``{"<site>": {"notice", "answers": [{"id", "type", "ans"}]}}`` -> answers by task id; bad answers quarantined."""
     path = Path(path)
-    text = _read_text(path)
+    text = read_text(path)
     try:
         document = json.loads(text)
     except json.JSONDecodeError as err:
@@ -315,7 +315,7 @@ def load_webvoyager_reference_answers(path: Path | str) -> ReferenceAnswers:
         try:
             site_block = ReferenceSite.model_validate(block)
         except ValidationError as err:
-            fields, reason = _describe(err)
+            fields, reason = describe(err)
             result.rows_in += 1
             result._reject(None, site, fields, reason, json.dumps(block)[:RAW_LIMIT])
             continue
@@ -325,7 +325,7 @@ def load_webvoyager_reference_answers(path: Path | str) -> ReferenceAnswers:
             try:
                 answer = ReferenceAnswer.model_validate(raw)
             except ValidationError as err:
-                fields, reason = _describe(err)
+                fields, reason = describe(err)
                 result._reject(
                     None, record_id, f"{site}.answers[{position}].{fields}", reason, json.dumps(raw)
                 )
@@ -370,7 +370,7 @@ def load_webvoyager(
             metadata=metadata,
         )
 
-    return _load_rows(path, _jsonl_records(_read_text(path)), WebVoyagerRow, to_task, "id")
+    return load_rows(path, jsonl_records(read_text(path)), WebVoyagerRow, to_task, "id")
 
 
 def load_gaia_web(path: Path | str) -> LoadResult:
@@ -396,7 +396,7 @@ def load_gaia_web(path: Path | str) -> LoadResult:
             },
         )
 
-    return _load_rows(path, _jsonl_records(_read_text(path)), GaiaWebRow, to_task, "id")
+    return load_rows(path, jsonl_records(read_text(path)), GaiaWebRow, to_task, "id")
 
 
 # ---------------------------------------------------------------- Online-Mind2Web
@@ -425,9 +425,7 @@ def load_online_mind2web(path: Path | str) -> LoadResult:
             metadata={"benchmark": "Online-Mind2Web", "file": path.name},
         )
 
-    return _load_rows(
-        path, _json_array_records(_read_text(path), path), OnlineMind2WebRow, to_task, "task_id"
-    )
+    return load_rows(path, json_array_records(read_text(path), path), OnlineMind2WebRow, to_task, "task_id")
 
 
 # ---------------------------------------------------------------- WebTailBench
@@ -440,7 +438,7 @@ def load_webtailbench(path: Path | str, start_url: str = DEFAULT_WEBTAILBENCH_ST
     rows without a start URL start from ``start_url``.
     """
     path = Path(path)
-    _http_url(start_url)
+    http_url(start_url)
 
     def to_task(row: WebTailBenchRow) -> Task:
         items = [item.model_dump(exclude_none=True) for item in row.precomputed_rubric.items]
@@ -462,7 +460,7 @@ def load_webtailbench(path: Path | str, start_url: str = DEFAULT_WEBTAILBENCH_ST
             },
         )
 
-    return _load_rows(path, _jsonl_records(_read_text(path)), WebTailBenchRow, to_task, "id")
+    return load_rows(path, jsonl_records(read_text(path)), WebTailBenchRow, to_task, "id")
 
 
 # ---------------------------------------------------------------- a whole folder of the standard file names

@@ -104,14 +104,15 @@ def write_submission(
     schema: SubmissionSchema = "v1",
 ) -> Path | None:
     """Write one episode's folder under ``out_dir``; returns it, or None when the task is not an Online-Mind2Web
-    task or the environment failed (an environment error is neither the agent's success nor its failure).
+    task or the environment failed (an environment error or a site that blocked the browser is neither the agent's
+    success nor its failure; a judge error is the project's judge's, so the folder is written).
 
     ``pages``: the episode's observed pages in order (start page, then the page after every action), as PNG files.
     """
     if task.source != "online_mind2web":
         return None
-    if trajectory.termination == "env_error":
-        logger.warning("submission: %s ended in an environment error; not written", task.id)
+    if trajectory.termination in ("env_error", "blocked"):  # the agent never had its chance
+        logger.warning("submission: %s ended %s; not written", task.id, trajectory.termination)
         return None
     factual = [s for s in trajectory.steps if is_factual(s)]
     if len(pages) != len(factual) + 1:

@@ -1,7 +1,7 @@
 """Public benchmark task files (WebVoyager, Online-Mind2Web, WebTailBench) as :class:`~rmsweb_kedro.schema.Task`
 records, and the command that downloads them."""
 
-from rmsweb_kedro.benchmarks_data.loaders import (
+from rmsweb_kedro.tasks.benchmarks.loaders import (
     BenchmarkFileError,
     LoadResult,
     load_folder,

@@ -1,0 +1,127 @@
+"""The judge of each task, by what the task carries: the one place collect, mining's online probes, evaluate's
+online episodes and ``live`` get their judge from (:func:`judge_factory`, :class:`JudgeByKind`).
+
+Which judge (:func:`judge_kind`), given the stage's configured judge (``judge:``, a
+:class:`~rmsweb_kedro.agents.factory.JudgeSpecConfig`):
+
+- a task that names its benchmark's judge (``rubric``, ``reference_answer``, ``webvoyager``, ``webjudge``) gets
+  that judge, over the configured endpoint (``endpoints`` may name another per kind: the benchmarks ask for
+  different judge models);
+- a sandbox task (``sandbox_checker``) gets the configured judge: the sandbox checker by default, an LLM judge when
+  the configuration names one (a judge-agreement or production run judging sandbox episodes by WebJudge);
+- a task with no judge of its own (``none``: a task file's or a proposer's) gets the rubric judge when it carries a
+  rubric, the reference-answer judge when it carries a definite answer, otherwise the configured LLM judge
+  (WebJudge when the configuration names the sandbox checker, which cannot judge it).
+
+The sandbox checker judges sandbox tasks only. An LLM judge whose endpoint still fails after its retries (or, for the
+rubric judge, whose replies stay unusable) marks its verdict ``details["judge_error"]``; ``episodes.run_episode``
+records such an attempt as ``termination="judge_error"`` with no verdict: counted apart, never the agent's failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rmsweb_kedro.agents.base import Judge
+from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials
+from rmsweb_kedro.agents.factory import JudgeSpecConfig, build_judge
+from rmsweb_kedro.schema import Step, Task, Usage, Verdict
+
+#: The judges a task may name for itself (its benchmark's protocol).
+TASK_JUDGE_KINDS = ("webvoyager", "webjudge", "rubric", "reference_answer")
+#: The judges a stage may configure for tasks without a programmatic checker.
+LLM_JUDGE_KINDS = ("webvoyager", "webjudge")
+
+
+def judge_kind(task: Task, configured: str) -> str:
+    """The judge kind that judges ``task`` when the stage's configured judge is ``configured`` (module docstring)."""
+    kind = task.judge.kind
+    if kind in TASK_JUDGE_KINDS:
+        return kind
+    if kind == "sandbox_checker":
+        return configured
+    if task.judge.config.get("rubric"):
+        return "rubric"
+    if task.judge.config.get("reference_answer") not in (None, ""):
+        return "reference_answer"
+    return configured if configured in LLM_JUDGE_KINDS else "webjudge"
+
+
+class JudgeByKind:
+    """The :class:`~rmsweb_kedro.agents.base.Judge` of every task (:func:`judge_kind`), each kind built once by
+    :func:`~rmsweb_kedro.agents.factory.build_judge` from ``spec`` (its endpoint, thresholds, official prompts).
+    ``session_state``: the sandbox server's (``SandboxServer.session_state``), None where no sandbox is served;
+    ``endpoint`` serves every LLM judge unless ``endpoints`` names one for its kind (else ``spec.endpoint``)."""
+
+    name = "judges-by-task-kind"
+
+    def __init__(
+        self,
+        spec: JudgeSpecConfig | dict,
+        session_state: Callable[[str], dict] | None = None,
+        credentials: Credentials | None = None,
+        endpoint: ChatEndpoint | None = None,
+        endpoints: dict[str, ChatEndpoint] | None = None,
+    ):
+        self.spec = JudgeSpecConfig.model_validate(spec)
+        self.session_state = session_state
+        self.credentials = credentials
+        self.endpoint = endpoint
+        self.endpoints = endpoints or {}
+        self._judges: dict[str, Judge] = {}
+        self._last = threading.local()  # the judge of this thread's last verdict, for cost_of
+
+    def for_task(self, task: Task) -> Judge:
+        kind = judge_kind(task, self.spec.kind)
+        if kind not in self._judges:
+            if kind == "sandbox_checker" and self.session_state is None:
+                raise ValueError(
+                    f"task {task.id!r} is a sandbox task but no sandbox server runs for it: give the stage its "
+                    "sandbox_seed, or configure an LLM judge (judge.kind webjudge with an endpoint)"
+                )
+            endpoint = self.endpoints.get(kind, self.endpoint)
+            if (
+                kind not in ("sandbox_checker", "reference_answer")
+                and endpoint is None
+                and not self.spec.endpoint
+            ):
+                raise ValueError(
+                    f"task {task.id!r} (judge kind {task.judge.kind!r}) is judged by the LLM judge {kind!r}, but "
+                    "the stage's judge has no endpoint: set judge.endpoint {base_url, model, credentials}"
+                )
+            spec = self.spec.model_copy(update={"kind": kind})
+            self._judges[kind] = build_judge(spec, self.session_state, self.credentials, endpoint)
+        return self._judges[kind]
+
+    def judge(
+        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
+    ) -> tuple[Verdict, Usage]:
+        judge = self.for_task(task)
+        self._last.judge = judge
+        return judge.judge(task, steps, final_answer, context)
+
+    def cost_of(self, usage: Usage) -> float:
+        judge = getattr(self._last, "judge", None)
+        return getattr(judge, "cost_of", lambda _usage: 0.0)(usage)
+
+
+def _judges_for(
+    spec: JudgeSpecConfig, credentials: Credentials | None, endpoints: dict[str, Any] | None, server: Any
+) -> JudgeByKind:
+    endpoint_for = {kind: ChatEndpoint(config, credentials) for kind, config in (endpoints or {}).items()}
+    session_state = server.session_state if server is not None else None
+    return JudgeByKind(spec, session_state, credentials, endpoints=endpoint_for)
+
+
+def judge_factory(
+    spec: JudgeSpecConfig | dict,
+    credentials: Credentials | None = None,
+    endpoints: dict[str, Any] | None = None,
+) -> Callable[[Any], JudgeByKind]:
+    """``Roles.judge``: ``make(server) -> JudgeByKind`` (``server``: the sandbox server of the browser, or None),
+    built where the browser runs (a thread or a Ray actor, so it pickles). ``endpoints``: an
+    :class:`~rmsweb_kedro.agents.endpoint.EndpointConfig` per judge kind that needs its own model."""
+    return functools.partial(_judges_for, JudgeSpecConfig.model_validate(spec), credentials, endpoints)
