@@ -212,9 +212,9 @@ def evaluation_task(run: Run, task_id: str, run_index: int) -> dict[str, Any]:
 
 def reference_solution(run: Run, task_id: str) -> list[str]:
     """The task's reference solution (sandbox tasks), one line a step; [] when there is none."""
-    tasks = run.scan("tasks", ["id", "reference_solution"]) or run.scan(
-        "sandbox_tasks", ["id", "reference_solution"]
-    )
+    tasks = run.scan("tasks", ["id", "reference_solution"])
+    if tasks is None:
+        tasks = run.scan("sandbox_tasks", ["id", "reference_solution"])
     if tasks is None:
         return []
     found = tasks.filter(pl.col("id") == task_id).select("reference_solution").collect()
