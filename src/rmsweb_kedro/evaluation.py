@@ -233,6 +233,9 @@ EPISODE_SCHEMA = pl.Schema(
         "split": pl.String,
         "held_out": pl.Boolean,
         "success": pl.Boolean,  # null when the environment failed (neither success nor failure)
+        # greedy decoding on the sandbox: the runs of a task repeat one episode (distinct_episodes); null: live
+        # sites, whose runs are episodes of their own
+        "greedy": pl.Boolean,
         "termination": pl.String,
         "n_steps": pl.Int32,
         "prompt_tokens": pl.Int64,
@@ -435,19 +438,38 @@ def episode_row(trajectory: Any, task: Any, model_name: str, run: int, config: E
         "level": task.level,
         "split": task.split,
         "held_out": task.site in config.online.held_out_sites,
+        "greedy": config.online.greedy,
         "cost_usd": trajectory.cost_usd + priced / 1e6,
     }
 
 
+def distinct_episodes(judged: pl.DataFrame, outcomes: tuple[str, ...] = ("success",)) -> pl.DataFrame:
+    """The rows that are distinct episodes: greedy decoding in the deterministic sandbox repeats a task's episode
+    in every run, so its greedy rows of one model and task with the same outcome(s) are one episode (the first
+    run's row); other rows (sampled decoding, live sites: ``greedy`` false or null) are each their own.
+    ``outcomes``: the outcome columns a repeat must share (a paired table: both models')."""
+    if "greedy" not in judged.columns:
+        return judged
+    greedy = pl.col("greedy").fill_null(False)
+    if "greedy_b" in judged.columns:  # a paired table: a pair repeats only if both sides were greedy
+        greedy = greedy & pl.col("greedy_b").fill_null(False)
+    repeats = judged.filter(greedy).unique(["model", "task_id", *outcomes], keep="first", maintain_order=True)
+    return pl.concat([repeats, judged.filter(~greedy)])
+
+
 def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]:
-    """Success rate over judged episodes with its Wilson interval, the spread of the per-run rates, and the steps,
-    tokens, cost and wall time per task. ``env_errors``: the episodes not judged, the environment's (a crash, a
-    site that blocked the browser, a judge that could not judge), of which ``blocked`` and ``judge_errors`` say how
-    many were which; episodes stopped at a critical point (live sites) are judged as any other and also counted
-    apart."""
+    """Success rate over judged episodes (the mean over runs) with its Wilson interval over the distinct episodes
+    (:func:`distinct_episodes`: greedy repeats of a task count once, so three greedy runs do not narrow it), the
+    spread of the per-run rates, and the steps, tokens, cost and wall time per task. ``env_errors``: the episodes
+    not judged, the environment's (a crash, a site that blocked the browser, a judge that could not judge), of which
+    ``blocked`` and ``judge_errors`` say how many were which; episodes stopped at a critical point (live sites) are
+    judged as any other and also counted apart."""
     judged = episodes.filter(pl.col("success").is_not_null())
     wins = int(judged["success"].sum()) if judged.height else 0
-    low, high = wilson_interval(wins, judged.height, confidence)
+    distinct = distinct_episodes(judged)
+    low, high = wilson_interval(
+        int(distinct["success"].sum()) if distinct.height else 0, distinct.height, confidence
+    )
     per_run = judged.group_by("run").agg(pl.col("success").cast(pl.Float64).mean()).get_column("success")
     solved = judged.filter(pl.col("success"))
     return {
@@ -456,6 +478,7 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
         "blocked": int((episodes["termination"] == "blocked").sum()),
         "judge_errors": int((episodes["termination"] == "judge_error").sum()),
         "critical_points": int((episodes["termination"] == "critical_point").sum()),
+        "distinct_episodes": distinct.height,
         "success_rate": wins / judged.height if judged.height else None,
         "success_low": low,
         "success_high": high,
@@ -479,11 +502,15 @@ def paired_outcomes(
     """The paired 2x2 table of two models' outcomes on the same items, ``(both succeed, only first, only second,
     neither)``: rows paired by ``on`` (online episodes: ``(task_id, run)``, ``success``; offline predictions:
     ``state_id``, ``step_success``); a pair where either outcome is null (an environment error: not judged) is left
-    out, so the counts sum to the pairs judged for both."""
-    judged = rows.filter(pl.col(outcome).is_not_null()).select("model", *on, outcome)
+    out, so the counts sum to the pairs judged for both. Greedy repeats (:func:`distinct_episodes`) are one pair:
+    a task whose greedy runs gave both models the same outcomes counts once, not once a run."""
+    extra = [c for c in ("greedy",) if c in rows.columns and c not in on]
+    judged = rows.filter(pl.col(outcome).is_not_null()).select("model", *on, outcome, *extra)
     pairs = judged.filter(pl.col("model") == first).join(
         judged.filter(pl.col("model") == second), on=list(on), suffix="_b"
     )
+    if extra and "task_id" in on:
+        pairs = distinct_episodes(pairs, (outcome, f"{outcome}_b"))
     a, b = pairs[outcome], pairs[f"{outcome}_b"]
     return int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum())
 
@@ -547,6 +574,7 @@ COMPARISON_SCHEMA = pl.Schema(
     {"model": pl.String, "n_states": pl.Int64}
     | dict.fromkeys(STEP_METRICS, pl.Float64)
     | {"episodes": pl.Int64, "env_errors": pl.Int64, "blocked": pl.Int64, "judge_errors": pl.Int64}
+    | {"distinct_episodes": pl.Int64}
     | dict.fromkeys(
         [
             "success_rate",
