@@ -32,7 +32,16 @@ from typing import Any, Protocol
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge
-from rmsweb_kedro.schema import CollectionMode, Observation, Step, Task, Termination, Trajectory, Usage
+from rmsweb_kedro.schema import (
+    CollectionMode,
+    Element,
+    Observation,
+    Step,
+    Task,
+    Termination,
+    Trajectory,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +84,32 @@ def _checked(observation: Observation, doing: str, run: _Try) -> Observation:
     if observation.blocked:
         raise Blocked(observation.blocked, observation.url, run)
     return observation
+
+
+def target_element(action: Action, observation: Observation) -> Element | None:
+    """The observation's element an action targets: by id, or the smallest one containing its point (page
+    pixels); None for an action on no element."""
+    if action.element is not None:
+        return next((e for e in observation.elements if e.id == action.element), None)
+    if action.x is None or action.y is None:
+        return None
+    inside = [
+        e
+        for e in observation.elements
+        if e.bbox
+        and e.bbox[0] <= action.x <= e.bbox[0] + e.bbox[2]
+        and e.bbox[1] <= action.y <= e.bbox[1] + e.bbox[3]
+    ]
+    return min(inside, key=lambda e: e.bbox[2] * e.bbox[3], default=None)
+
+
+def target_box(action: Action | None, observation: Observation) -> tuple[float, float, float, float] | None:
+    """The targeted element's box in the observation's screenshot pixels (its page box less the scroll)."""
+    element = target_element(action, observation) if action is not None else None
+    if element is None or element.bbox is None:
+        return None
+    x, y, width, height = element.bbox
+    return (x - observation.scroll[0], y - observation.scroll[1], width, height)
 
 
 #: ``critical(action, observation) -> reason or None``: whether performing ``action`` on this page is a critical
@@ -132,6 +167,7 @@ def _play(
             raw_output=decision.raw_output or None,
             error=decision.error,
             equivalent_actions=decision.equivalents,
+            target_box=target_box(decision.action, observation),
         )
         steps.append(step)
         if decision.fatal:

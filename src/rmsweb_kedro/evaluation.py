@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
 from rmsweb_kedro.reporting import wilson_interval
-from rmsweb_kedro.schema import draw_states, trajectory_row
+from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA, draw_states, episode_step_rows, trajectory_row
 from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,10 @@ class OnlineParams(_Params):
         ge=1,
         description="browsers (params:rollouts backend; sampled runs are reproducible with 1 only)",
     )
+    #: the episodes' screenshots are kept under ``episodes_root`` (``<model>/r<run>/<task id>/step_NNN.png``, as
+    #: ``online_steps`` names them) for the viewer; false: taken to a temporary folder and dropped
+    keep_screenshots: bool = True
+    episodes_root: str = "data/07_model_output/evaluate/episodes"
     #: the judge of tasks without a programmatic checker (agents.judges: sandbox tasks keep the sandbox checker
     #: unless this names an LLM judge); an LLM judge needs its endpoint (the API key from ``api_key_env``)
     judge: JudgeSpecConfig = Field(default_factory=JudgeSpecConfig)
@@ -275,8 +280,10 @@ def run_online(
     config: EvaluateParams,
     model_name: str,
     rollouts: dict[str, Any] | None = None,
-) -> pl.DataFrame:
-    """``online.runs`` runs of the model on the chosen tasks (of the ``tasks`` table) in real Chromium; one row per episode.
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``online.runs`` runs of the model on the chosen tasks (of the ``tasks`` table) in real Chromium: one row per
+    episode, and one row per step of each (:data:`~rmsweb_kedro.schema.EPISODE_STEP_SCHEMA`; screenshots kept under
+    ``online.episodes_root`` when ``online.keep_screenshots``).
 
     Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (``online.n_envs`` browsers on the
     ``rollouts`` backend), never on the calling thread, so a Playwright session it may hold never collides."""
@@ -285,12 +292,14 @@ def run_online(
     from rmsweb_kedro.schema import tasks_from_frame
 
     online = config.online
+    nothing = pl.DataFrame(schema=EPISODE_SCHEMA), pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
     if not online.enabled:
-        return pl.DataFrame(schema=EPISODE_SCHEMA)
+        return nothing
     chosen = select_online_tasks(tasks_from_frame(tasks), online, config.seed)
     if not chosen:
         logger.warning("online %s: no task in splits %s", model_name, online.splits)
-        return pl.DataFrame(schema=EPISODE_SCHEMA)
+        return nothing
+    root = Path(online.episodes_root).resolve()
     policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
     episodes = [
         EpisodeSpec(
@@ -299,6 +308,8 @@ def run_online(
             max_steps=online.max_steps,
             seed=config.seed + 1000 * run + position,  # sampled decoding differs by run; greedy does not
             trajectory_id=f"evaluate__{model_name}__r{run}__{task.id}",
+            screenshot_dir=str(root / model_name / f"r{run}" / task.id) if online.keep_screenshots else None,
+            relative_to=str(root) if online.keep_screenshots else None,
             metadata={"run": run},
         )
         for run in range(online.runs)
@@ -318,7 +329,12 @@ def run_online(
         | reference_divergence(spec.task, trajectory)
         for spec, (trajectory,) in zip(episodes, trajectories, strict=True)
     ]
-    return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
+    steps = [
+        row
+        for spec, (trajectory,) in zip(episodes, trajectories, strict=True)
+        for row in episode_step_rows(trajectory, model_name, spec.metadata["run"])
+    ]
+    return pl.DataFrame(rows, schema=EPISODE_SCHEMA), pl.DataFrame(steps, schema=EPISODE_STEP_SCHEMA)
 
 
 def argument_origin(value: str, expected: str | None, instruction: str, axtree: str) -> str:

@@ -114,6 +114,8 @@ class Observation(_Record):
     tabs: list[str] = Field(default_factory=list)
     error: str | None = None  # the last action's error, if any (never an exception)
     env_error: bool = False  # True when the environment itself failed (crash, timeout), not the agent
+    #: the page offset of the viewport when observed: element boxes are in page pixels, the screenshot is the viewport
+    scroll: tuple[float, float] = (0.0, 0.0)
     #: The site refused the browser on this page (web.browser detects it): the episode ends ``blocked``.
     blocked: BlockKind | None = None
 
@@ -183,6 +185,9 @@ class Step(_Record):
     #: Other actions that would have done what ``action`` did here, as the environment established them (the
     #: sandbox's declared equivalents, web/sandbox/reference.py); they become the state's reference set.
     equivalent_actions: list[Action] = Field(default_factory=list)
+    #: The box (x, y, width, height) of the element the action targets, in the step's screenshot pixels (the
+    #: viewer draws it); None when the action targets no element or the record predates it.
+    target_box: tuple[float, float, float, float] | None = None
 
     @field_validator("action", mode="before")
     @classmethod
@@ -432,6 +437,26 @@ def step_row(trajectory: Trajectory, step: Step, screenshot_prefix: str = "") ->
         "error": step.error,
         "equivalent_actions": [format_action(a) for a in step.equivalent_actions],
     }
+
+
+#: The steps of the episodes evaluate, mining and live run (``online_steps``, ``mining_online_steps``,
+#: ``live_steps``): the ``steps`` columns, the targeted element's box and the episode's own columns; ``screenshot``
+#: is relative to the stage's episodes folder.
+EPISODE_STEP_SCHEMA = pl.Schema(
+    {**STEP_SCHEMA, "target_box": pl.List(pl.Float64), "model": pl.String, "run": pl.Int32}
+)
+
+
+def episode_step_rows(
+    trajectory: Trajectory, model: str | None = None, run: int | None = None, screenshot_prefix: str = ""
+) -> list[dict[str, Any]]:
+    """The ``EPISODE_STEP_SCHEMA`` rows of one episode (screenshots as the steps record them, after
+    ``screenshot_prefix``)."""
+    return [
+        step_row(trajectory, step, screenshot_prefix)
+        | {"target_box": list(step.target_box) if step.target_box else None, "model": model, "run": run}
+        for step in trajectory.steps
+    ]
 
 
 def task_row(task: Task) -> dict[str, Any]:
