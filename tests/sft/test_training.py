@@ -108,6 +108,26 @@ def test_two_process_accelerate_launch_trains_a_step(tmp_path, tiny_checkpoint, 
     load_model({"path": str(tmp_path / "run" / "final")})
 
 
+def test_a_launched_entry_point_loads_every_base_checkpoint_field(tmp_path, tiny_checkpoint):
+    """What the node's ``base_checkpoint`` says reaches the launched processes: the attention implementation, the
+    dtype and the LoRA adapter (saved with the base by the node; its settings kept, trainable), not only the path."""
+    from rmsweb_kedro.modeling import LoadConfig
+    from rmsweb_kedro.training.launch import job_checkpoint, load_job_model
+
+    spec = LoadConfig(path=str(tiny_checkpoint), dtype="bfloat16", attn_implementation="eager", lora={"r": 4})
+    base, processor = load_model(spec)
+    save_checkpoint(base, processor, tmp_path / "base")  # as the node does before launching
+    job = {"model_dir": str(tmp_path / "base"), "checkpoint": job_checkpoint(tmp_path / "base", spec)}
+    model, _ = load_job_model(job)
+    assert model.config._attn_implementation == "eager"
+    assert model.get_base_model().model.language_model.embed_tokens.weight.dtype == torch.bfloat16
+    assert model.peft_config["default"].r == 4
+    assert any(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+    # without a checkpoint spec (the tiny default): the path alone, float32 master weights to train
+    plain, _ = load_job_model({"model_dir": str(tiny_checkpoint)})
+    assert plain.config._attn_implementation == "sdpa" and plain.dtype == torch.float32
+
+
 def test_the_same_short_sft_twice_saves_the_same_checkpoint_bytes(tmp_path, tiny_checkpoint, tiny_states):
     """The default run's reproducibility on one machine (README, "What the default run gives"): the same data,
     seeds and settings (bf16 autocast, reply weight and observation loss as in conf/base) give a checkpoint with
