@@ -17,7 +17,8 @@ What it runs (about a minute on one H200 at either size; figures in docs/trainin
 2. real screenshots: the sandbox sites served locally and opened in headless Chromium at 1280x800 (about 1,000
    visual tokens each), turned into STATE rows with their accessibility tree;
 3. SFT steps through ``training.sft.run_sft`` (assistant-only loss found by rendering, the screenshot in every
-   sample, bf16, gradient checkpointing): full weights, then LoRA (r 16);
+   sample, bf16, gradient checkpointing): full weights, then LoRA (r 16), each with padded and then with packed
+   micro-batches (``sft.training.batching``; ``--sft-batching`` picks), and the ratio packed / padded;
 4. Salvage-DS steps with G = 8 through ``training.salvage_ds.train_salvage_ds`` on the LoRA policy (sampling and
    the training forward both with the image; beta > 0, so pi_ref is the policy with its adapter disabled), with the
    ``hf`` sampler and, given ``--vllm-python``, the ``served`` one (vLLM on the same GPU, the adapter reloaded after
@@ -179,6 +180,13 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="2b", help="the released checkpoint's shape")
     parser.add_argument("--sft-steps", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=4, help="SFT samples a step")
+    parser.add_argument(
+        "--sft-batching",
+        nargs="+",
+        choices=["padded", "packed"],
+        default=["padded", "packed"],
+        help="SFT batchings to run, each for --sft-steps steps (sft.training.batching)",
+    )
     parser.add_argument("--rl-steps", type=int, default=3)
     parser.add_argument("--group-size", type=int, default=8, help="G")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's bf16 dense peak")
@@ -254,15 +262,22 @@ def main() -> None:
     for name, lora in full + [("SFT, LoRA r=16", LoraSettings(r=16))]:
         if lora is not None:
             model = add_lora(model, lora)
-        config = SFTConfig(
-            prompt=prompt, loss_on="assistant", loop=loop(name, steps[0], args.batch_size, 1e-5)
-        )
-        with Meter(device) as meter:
-            result = run_sft(model, processor, states, [], config)
-        model = result.model
-        tokens = steady_tokens_per_s(result.history, warmup)
-        loss = result.history[-1]["train/loss"]
-        report(name, meter, tokens, n_params, peak, f"{steps[0]} steps, loss {loss:.3f}")
+        speeds = {}
+        for batching in args.sft_batching:  # the same steps padded and packed (sft.training.batching)
+            config = SFTConfig(
+                prompt=prompt,
+                loss_on="assistant",
+                batching=batching,
+                loop=loop(f"{name} {batching}", steps[0], args.batch_size, 1e-5),
+            )
+            with Meter(device) as meter:
+                result = run_sft(model, processor, states, [], config)
+            model = result.model
+            speeds[batching] = tokens = steady_tokens_per_s(result.history, warmup)
+            loss = result.history[-1]["train/loss"]
+            report(f"{name}, {batching}", meter, tokens, n_params, peak, f"{steps[0]} steps, loss {loss:.3f}")
+        if len(speeds) == 2:
+            print(f"{name}: packed / padded tokens/s {speeds['packed'] / speeds['padded']:.2f}", flush=True)
 
     algorithm = SalvageDSParams(
         group_size=args.group_size, max_new_tokens=32, beta=0.04, c_low=0.0, c_high=1.0

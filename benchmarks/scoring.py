@@ -7,11 +7,17 @@ server, one request per state), greedy only (K = 0) and with K sampled replies, 
         --states data/05_model_input/sft_states_val.parquet     # a trained policy on real states
     .venv/bin/python benchmarks/scoring.py --base-url http://127.0.0.1:8000/v1 --model rmsweb  # a vLLM server
 
+Both policies prompt as SFT trained: the prompt of ``sft.training.prompt`` (``${globals:policy_prompt}``,
+conf/base/globals.yml), not ``PromptConfig()``'s defaults; scoring a checkpoint with another prompt than it was
+trained on measures the mismatch, not the model (issue 39: the default SFT checkpoint scored 0.30 step success
+with `PromptConfig()`, 0.55 with its own prompt, on the same 20 states).
+
 The local server generates one request at a time (a stand-in for vLLM's protocol, not for its batching), so here
 the ratio measures what the HTTP path costs on top of generation; against vLLM on a GPU, ``batch_size`` requests in
 flight are batched by the server. Timings on a shared machine are noisy: compare the two kinds of one run.
-Measured 2026-12-03 here (2 loaded cores, 1 torch thread, fresh tiny model, 8 states, 24 new tokens): greedy
-2.14 states/s in process vs 0.60 served (3.6x); K = 2: 1.09 vs 0.19 (5.8x); the greedy replies were identical.
+Measured 2026-12-03 here, still with ``PromptConfig()`` (2 loaded cores, 1 torch thread, fresh tiny model, 8 states,
+24 new tokens): greedy 2.14 states/s in process vs 0.60 served (3.6x); K = 2: 1.09 vs 0.19 (5.8x); the greedy replies
+were identical.
 """
 
 from __future__ import annotations
@@ -22,7 +28,21 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.*: the synthetic states and local server
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.*: the synthetic states and local server
+
+
+def trained_prompt(env: str | None):
+    """The prompt SFT trains with (``sft.training.prompt`` of the project's configuration, ``env`` over base)."""
+    from kedro.config import OmegaConfigLoader
+
+    from rmsweb_kedro.prompts import PromptConfig
+    from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
+
+    loader = OmegaConfigLoader(
+        str(ROOT / "conf"), **{**CONFIG_LOADER_ARGS, "default_run_env": "base"}, env=env
+    )
+    return PromptConfig.model_validate(loader["parameters"]["sft"]["training"]["prompt"])
 
 
 def main() -> None:
@@ -31,7 +51,7 @@ def main() -> None:
 
     from rmsweb_kedro.agents.factory import build_policy
     from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
-    from rmsweb_kedro.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.prompts import build_messages
     from rmsweb_kedro.schema import STATE_SCHEMA
     from rmsweb_kedro.scoring import ScoringConfig, rates, score_states
     from tests.collect.local_openai_server import LocalChatServer
@@ -50,6 +70,9 @@ def main() -> None:
         "--base-url", help="an already running server of the checkpoint (default: the local one)"
     )
     parser.add_argument("--model", default=None, help="its served model name")
+    parser.add_argument(
+        "--env", default=None, help="Kedro configuration environment of the prompt (default: base)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -59,7 +82,7 @@ def main() -> None:
         from tests.fixtures_model import make_states
 
         states = make_states()[: args.n_states]
-    prompt = PromptConfig()
+    prompt = trained_prompt(args.env)
     work = tempfile.TemporaryDirectory()
     checkpoint = args.checkpoint
     if checkpoint is None:
@@ -83,6 +106,7 @@ def main() -> None:
     )
     print(
         f"{len(states)} states, max_new_tokens={args.max_new_tokens}, {args.threads} threads, {endpoint['base_url']}"
+        f"\nprompt (sft.training.prompt): {prompt.model_dump()}"
     )
     print(f"{'K':>3} {'hf states/s':>12} {'openai states/s':>16} {'hf/openai':>10} {'same greedy':>12}")
     try:

@@ -1,17 +1,30 @@
-"""SFT training throughput: our Accelerate loop against TRL's SFTTrainer, same tiny model, samples, batch size.
+"""SFT training throughput: our loop with padded and with packed batches (``sft.training.batching``) against
+TRL's SFTTrainer in its padding-free setting, same tiny model, samples, batch size.
 
-    .venv/bin/python benchmarks/sft_throughput.py [--steps 30] [--batch-size 16] [--warmup 5]
+    .venv/bin/python benchmarks/sft_throughput.py [--steps 30] [--batch-size 16] [--warmup 5] \
+        [--states data/05_model_input/sft/sft_states_train_augmented.parquet]
+
+The data: ``--states``, the STATE rows of a default run's SFT (its augmented training states), or else the test
+fixtures' states (``tests.fixtures_model.make_states``, whose rows are all about the same length); the prompt is the
+default run's (``conf/base/globals.yml`` ``policy_prompt``) and the model the embedded default's shape
+(``conf/base/parameters_sft.yml`` ``sft.tiny``, its tokenizer trained on the states).
 
 Each trainer runs in its own child process (so peak memory is its own: CPU max RSS, or CUDA peak allocated on a
 GPU), on the same saved tiny checkpoint and the same states, assistant-only loss, bf16 autocast, AdamW, one process.
 Tokens/s counts the real (non-padding) tokens of the samples each trainer consumed after ``--warmup`` steps,
-over the time of those steps. Prints both figures and the ratio ours / TRL (target >= 1.0). The machine's CPU may
-be shared: compare figures from the same run only.
+over the time of those steps, by the wall clock and by this process's CPU time (on a shared machine the CPU time is
+the steadier figure: other load stretches the wall clock, not the work). The padding fraction is the share of the tokens a forward computes that are padding,
+over the trained micro-batches. TRL runs with ``padding_free=True`` (its batches flattened into one row with
+restarting ``position_ids``, the setting its docs recommend over ``packing`` for SFT on whole samples; on the CPU it
+attends through transformers' dense block-diagonal mask, as it has no FlashAttention there). Prints the figures and
+the ratios packed / padded (target >= 1.3) and packed / TRL. The machine's CPU may be shared: compare figures from
+the same run only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -22,13 +35,39 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TRAINERS = ("padded", "packed", "trl")  # trl: SFTTrainer with padding_free=True
 sys.path.insert(0, str(ROOT))
 
 
-def _states(n: int) -> list[dict]:
+def _states(args) -> list[dict]:
+    if args.states:
+        import polars as pl
+
+        return pl.read_parquet(args.states).to_dicts()[: args.samples]
     from tests.fixtures_model import make_states
 
+    n = args.samples or 240
     return make_states(n_tasks=max(1, n // 3))[:n]
+
+
+def _default_run(name: str, *keys: str):
+    """A value of the default run's configuration (``conf/base/<name>.yml``)."""
+    import yaml
+
+    value = yaml.safe_load((ROOT / "conf" / "base" / f"{name}.yml").read_text())
+    for key in keys:
+        value = value[key]
+    return value
+
+
+def _prompt():
+    from rmsweb_kedro.prompts import PromptConfig
+
+    return PromptConfig.model_validate(_default_run("globals", "policy_prompt"))
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
 
 
 def _peak_memory_mb() -> float:
@@ -47,13 +86,14 @@ def _tokens_per_sample(processor, states, prompt) -> list[int]:
 
 
 def run_ours(checkpoint: str, args) -> dict:
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.modeling import load_model, packed_attention, rope_index
     from rmsweb_kedro.training.loop import train_loop
     from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, sft_loss
 
     model, processor = load_model({"path": checkpoint})
-    states = _states(args.samples)
+    states = _states(args)
     config = SFTConfig(
+        prompt=_prompt(),
         loop={
             "output_dir": tempfile.mkdtemp(),
             "max_steps": args.steps,
@@ -67,28 +107,37 @@ def run_ours(checkpoint: str, args) -> dict:
             "warmup_steps": 2,
         },
         loss_on="assistant",
+        batching=args.child,
     )
-    collate = SFTCollator(processor, config.prompt, config.loss_on)
-    marks: list[float] = []
+    packed = config.batching == "packed"
+    collate = SFTCollator(
+        processor, config.prompt, config.loss_on, rope_index=rope_index(model) if packed else None
+    )
+    marks: list[tuple[float, float]] = []
+    computed = {"tokens": 0, "padding": 0}
 
     def timed_loss(model, batch):  # called once at the start of each step (no accumulation)
-        marks.append(time.perf_counter())
+        marks.append(_clock())
+        real = int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
+        computed["tokens"] += batch["input_ids"].numel()
+        computed["padding"] += batch["input_ids"].numel() - real
         return sft_loss(model, batch)
 
-    result = train_loop(model, states, collate, timed_loss, config.loop)
-    marks.append(time.perf_counter())
-    return _figures(processor, states, args, marks[args.warmup :], result.history[-1]["train/loss"])
+    with packed_attention(model) if packed else contextlib.nullcontext():
+        result = train_loop(model, states, collate, timed_loss, config.loop)
+    marks.append(_clock())
+    figures = _figures(processor, states, args, marks[args.warmup :], result.history[-1]["train/loss"])
+    return figures | {"padding": computed["padding"] / computed["tokens"]}
 
 
-def _figures(processor, states, args, marks: list[float], final_loss) -> dict:
-    """Tokens/s over the timed steps (mean real tokens a sample x batch x steps / seconds) and peak memory."""
-    from rmsweb_kedro.prompts import PromptConfig
-
-    tokens = _tokens_per_sample(processor, states, PromptConfig())
-    mean_tokens = sum(tokens) / len(tokens)
-    seconds = marks[-1] - marks[0]
+def _figures(processor, states, args, marks: list[tuple[float, float]], final_loss) -> dict:
+    """Tokens/s over the timed steps (mean real tokens a sample x batch x steps / seconds, by the wall clock and
+    by CPU time) and peak memory."""
+    tokens = _tokens_per_sample(processor, states, _prompt())
+    consumed = sum(tokens) / len(tokens) * args.batch_size * (len(marks) - 1)
     return {
-        "tokens_per_s": mean_tokens * args.batch_size * (len(marks) - 1) / seconds,
+        "tokens_per_s": consumed / (marks[-1][0] - marks[0][0]),
+        "tokens_per_cpu_s": consumed / (marks[-1][1] - marks[0][1]),
         "peak_memory_mb": _peak_memory_mb(),
         "final_loss": final_loss,
         "timed_steps": len(marks) - 1,
@@ -102,11 +151,11 @@ def run_trl(checkpoint: str, args) -> dict:
     from trl import SFTTrainer
 
     from rmsweb_kedro.modeling import load_model
-    from rmsweb_kedro.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.prompts import build_messages
 
     model, processor = load_model({"path": checkpoint})
-    prompt = PromptConfig()
-    states = _states(args.samples)
+    prompt = _prompt()
+    states = _states(args)
     # Same conversations as ours, as plain-text messages (text-only prompts: the image parts are absent).
     rows = [
         {
@@ -125,10 +174,10 @@ def run_trl(checkpoint: str, args) -> dict:
 
     class Clock(TrainerCallback):
         def __init__(self):
-            self.marks: list[float] = []
+            self.marks: list[tuple[float, float]] = []
 
         def on_step_end(self, *_, **__):
-            self.marks.append(time.perf_counter())
+            self.marks.append(_clock())
 
     clock = Clock()
     config = TRLConfig(
@@ -149,6 +198,7 @@ def run_trl(checkpoint: str, args) -> dict:
         assistant_only_loss=True,
         max_length=None,
         packing=False,
+        padding_free=True,
         dataloader_num_workers=0,
         use_cpu=not __import__("torch").cuda.is_available(),
         disable_tqdm=True,
@@ -160,12 +210,13 @@ def run_trl(checkpoint: str, args) -> dict:
         processing_class=processor.tokenizer,
         callbacks=[clock],
     )
-    clock.marks.append(time.perf_counter())  # the first step's start
+    clock.marks.append(_clock())  # the first step's start
     trainer.train()
     # TRL shuffles with its own sampler; the batches hold the same samples on average: mean tokens a sample.
-    return _figures(
+    figures = _figures(
         processor, states, args, clock.marks[args.warmup :], trainer.state.log_history[-1].get("train_loss")
     )
+    return figures | {"padding": 0.0}  # padding_free: one row of real tokens a batch
 
 
 def main() -> None:
@@ -175,25 +226,46 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--samples", type=int, default=240)
-    parser.add_argument("--child", choices=["ours", "trl"])
+    parser.add_argument("--samples", type=int, help="states used (default: all of --states, else 240)")
+    parser.add_argument("--states", help="a parquet of STATE rows (a default run's SFT training states)")
+    parser.add_argument(
+        "--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS), help="which to run (default: all)"
+    )
+    parser.add_argument("--child", choices=TRAINERS)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads in each trainer (default: torch's); 1 on a shared machine, where waiting threads of "
+        "many small parallel kernels dominate the time",
+    )
     parser.add_argument("--checkpoint")
     args = parser.parse_args()
     if args.child:
-        figures = (run_ours if args.child == "ours" else run_trl)(args.checkpoint, args)
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        figures = (run_trl if args.child == "trl" else run_ours)(args.checkpoint, args)
         print("RESULT " + json.dumps(figures))
         return
 
     from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="sft-bench-"))
-    states = _states(args.samples)
-    model, processor = build_tiny_model(
-        [s["axtree"] + "\n" + s["instruction"] for s in states], {"vocab_size": 512}
-    )
+    from rmsweb_kedro.prompts import build_messages
+
+    states, prompt = _states(args), _prompt()
+    corpus = [  # the texts the default run's tokenizer is trained on (pipelines/sft/nodes.py)
+        part["text"]
+        for state in states
+        for message in build_messages(state, prompt, with_reference=True)[0]
+        for part in message["content"]
+        if part["type"] == "text"
+    ]
+    model, processor = build_tiny_model(corpus, _default_run("parameters_sft", "sft", "tiny"))
     save_checkpoint(model, processor, work / "tiny")
     results = {}
-    for name in ("ours", "trl"):
+    for name in args.trainers:
         command = [
             sys.executable,
             __file__,
@@ -207,8 +279,9 @@ def main() -> None:
             str(args.warmup),
             "--batch-size",
             str(args.batch_size),
-            "--samples",
-            str(args.samples),
+            *(["--samples", str(args.samples)] if args.samples else []),
+            *(["--states", args.states] if args.states else []),
+            *(["--threads", str(args.threads)] if args.threads else []),
         ]
         done = subprocess.run(
             command, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -217,12 +290,23 @@ def main() -> None:
         if line is None:
             raise SystemExit(f"{name} failed:\n{done.stderr[-4000:]}")
         results[name] = json.loads(line[len("RESULT ") :])
+        figures = results[name]
         print(
-            f"{name:5s} tokens/s {results[name]['tokens_per_s']:9.0f}   peak memory {results[name]['peak_memory_mb']:8.0f} MiB"
+            f"{name:7s} tokens/s {figures['tokens_per_s']:7.0f} (per CPU-s {figures['tokens_per_cpu_s']:7.0f})   padding {figures['padding']:6.1%}   "
+            f"peak memory {figures['peak_memory_mb']:8.0f} MiB   final loss {figures['final_loss']:.3f}",
+            flush=True,
         )
-    ratio = results["ours"]["tokens_per_s"] / results["trl"]["tokens_per_s"]
+    pairs = [("packed", "padded", " (target >= 1.3)"), ("packed", "trl", ""), ("padded", "trl", "")]
+    for key in ("tokens_per_s", "tokens_per_cpu_s"):
+        ratios = [
+            f"{a}/{b} {results[a][key] / results[b][key]:.2f}{note}"
+            for a, b, note in pairs
+            if a in results and b in results
+        ]
+        print(f"{key}: " + ", ".join(ratios))
+    threads = args.threads or "default"
     print(
-        f"ratio ours/TRL tokens/s: {ratio:.2f} (target >= 1.0); steps {args.steps}, batch {args.batch_size}"
+        f"steps {args.steps}, batch {args.batch_size}, {len(_states(args))} states, torch threads {threads}"
     )
 
 

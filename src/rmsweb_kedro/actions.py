@@ -38,7 +38,13 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+#: The largest element id, step index or attempt number: their table columns are Int32 (schema.STEP_SCHEMA,
+#: TRAJECTORY_SCHEMA), and a record beyond them must be refused here, not fail the table's construction.
+INT32_MAX = 2**31 - 1
+#: The largest count or token number (Int64 columns, and polars' widest integer).
+INT64_MAX = 2**63 - 1
 
 
 class ActionType(StrEnum):
@@ -231,10 +237,11 @@ class ActionParseError(ValueError):
 class Action(BaseModel):
     """One browser action. ``element`` (an id from the observation) or ``x``/``y`` (page pixels) is the target."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    # allow_inf_nan: JSON's NaN/Infinity (and 1e400) are no page coordinate or wait
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
     type: ActionType
-    element: int | None = None
+    element: int | None = Field(default=None, le=INT32_MAX)
     x: float | None = None
     y: float | None = None
     text: str | None = None
@@ -242,7 +249,7 @@ class Action(BaseModel):
     key: str | None = None
     submit: bool = False
     direction: ScrollDirection | None = None
-    amount: int | None = None
+    amount: int | None = Field(default=None, le=INT64_MAX)
     url: str | None = None
     seconds: float | None = None
     status: StopStatus | None = None

@@ -32,7 +32,16 @@ from typing import Any, Protocol
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge
-from rmsweb_kedro.schema import CollectionMode, Observation, Step, Task, Termination, Trajectory, Usage
+from rmsweb_kedro.schema import (
+    CollectionMode,
+    Element,
+    Observation,
+    Step,
+    Task,
+    Termination,
+    Trajectory,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +58,11 @@ class EnvironmentFailure(RuntimeError):
 
 class Blocked(RuntimeError):
     """The site refused the browser (raised inside an attempt, then retried); ``kind``: an ``Observation.blocked``,
-    ``steps``: the try's steps up to the blocked page."""
+    ``run``: the try so far (its steps up to the blocked page, the agent's usage and cost)."""
 
-    def __init__(self, kind: str, url: str, steps: list[Step]):
+    def __init__(self, kind: str, url: str, run: _Try):
         super().__init__(f"{kind} at {url}")
-        self.kind, self.url, self.steps = kind, url, steps
+        self.kind, self.url, self.run = kind, url, run
 
 
 def final_answer(steps: list[Step]) -> str | None:
@@ -69,12 +78,38 @@ def _relative(path: str | None, root: Path | None) -> str | None:
     return None if rel.startswith("..") else Path(rel).as_posix()
 
 
-def _checked(observation: Observation, doing: str, steps: list[Step]) -> Observation:
+def _checked(observation: Observation, doing: str, run: _Try) -> Observation:
     if observation.env_error:
         raise EnvironmentFailure(f"{doing}: {observation.error or 'environment error'}")
     if observation.blocked:
-        raise Blocked(observation.blocked, observation.url, steps)
+        raise Blocked(observation.blocked, observation.url, run)
     return observation
+
+
+def target_element(action: Action, observation: Observation) -> Element | None:
+    """The observation's element an action targets: by id, or the smallest one containing its point (page
+    pixels); None for an action on no element."""
+    if action.element is not None:
+        return next((e for e in observation.elements if e.id == action.element), None)
+    if action.x is None or action.y is None:
+        return None
+    inside = [
+        e
+        for e in observation.elements
+        if e.bbox
+        and e.bbox[0] <= action.x <= e.bbox[0] + e.bbox[2]
+        and e.bbox[1] <= action.y <= e.bbox[1] + e.bbox[3]
+    ]
+    return min(inside, key=lambda e: e.bbox[2] * e.bbox[3], default=None)
+
+
+def target_box(action: Action | None, observation: Observation) -> tuple[float, float, float, float] | None:
+    """The targeted element's box in the observation's screenshot pixels (its page box less the scroll)."""
+    element = target_element(action, observation) if action is not None else None
+    if element is None or element.bbox is None:
+        return None
+    x, y, width, height = element.bbox
+    return (x - observation.scroll[0], y - observation.scroll[1], width, height)
 
 
 #: ``critical(action, observation) -> reason or None``: whether performing ``action`` on this page is a critical
@@ -111,9 +146,9 @@ def _play(
         observation = env.reset(task, screenshot_dir=str(shots))
     except Exception as err:  # a crashed browser or server: the environment's failure, never the agent's
         raise EnvironmentFailure(f"reset: {type(err).__name__}: {err}") from err
-    observation = _checked(observation, "reset", [])
-    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     run = _Try(screenshots=[observation.screenshot] if observation.screenshot else [])
+    observation = _checked(observation, "reset", run)
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     steps = run.steps
     unparsed_in_a_row = 0
     while len(steps) < max_steps:
@@ -132,6 +167,7 @@ def _play(
             raw_output=decision.raw_output or None,
             error=decision.error,
             equivalent_actions=decision.equivalents,
+            target_box=target_box(decision.action, observation),
         )
         steps.append(step)
         if decision.fatal:
@@ -154,7 +190,7 @@ def _play(
             observation = env.step(decision.action)
         except Exception as err:
             raise EnvironmentFailure(f"step {step.index}: {type(err).__name__}: {err}") from err
-        observation = _checked(observation, f"step {step.index} {decision.action}", steps)
+        observation = _checked(observation, f"step {step.index} {decision.action}", run)
         if observation.screenshot:
             run.screenshots.append(observation.screenshot)
         step.error = step.error or observation.error
@@ -238,7 +274,8 @@ def run_episode(
             except Blocked as block:
                 logger.warning("%s attempt %d: blocked (%s)", task.id, attempt, block)
                 blocks.append(str(block))
-                record.steps, record.metadata["blocked"] = block.steps, block.kind
+                record.steps, record.metadata["blocked"] = block.run.steps, block.kind
+                record.usage, record.cost_usd = block.run.usage, block.run.cost
                 continue
             steps = run.steps
             context = {
@@ -266,7 +303,7 @@ def run_episode(
             ended = "blocked" if len(blocks) > block_retries else "env_error"
             record.termination, record.success, record.verdict = ended, None, None
             if ended == "env_error":
-                record.steps = []
+                record.steps, record.usage, record.cost_usd = [], Usage(), 0.0
                 record.metadata.pop("blocked", None)
         if env_errors:
             record.metadata["env_errors"] = env_errors

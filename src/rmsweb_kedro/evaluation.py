@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rmsweb_kedro.agents.endpoint import EndpointConfig
 from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
 from rmsweb_kedro.reporting import wilson_interval
-from rmsweb_kedro.schema import draw_states, trajectory_row
+from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA, draw_states, episode_step_rows, trajectory_row
 from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,10 @@ class OnlineParams(_Params):
         ge=1,
         description="browsers (params:rollouts backend; sampled runs are reproducible with 1 only)",
     )
+    #: the episodes' screenshots are kept under ``episodes_root`` (``<model>/r<run>/<task id>/step_NNN.png``, as
+    #: ``online_steps`` names them) for the viewer; false: taken to a temporary folder and dropped
+    keep_screenshots: bool = True
+    episodes_root: str = "data/07_model_output/evaluate/episodes"
     #: the judge of tasks without a programmatic checker (agents.judges: sandbox tasks keep the sandbox checker
     #: unless this names an LLM judge); an LLM judge needs its endpoint (the API key from ``api_key_env``)
     judge: JudgeSpecConfig = Field(default_factory=JudgeSpecConfig)
@@ -228,6 +233,9 @@ EPISODE_SCHEMA = pl.Schema(
         "split": pl.String,
         "held_out": pl.Boolean,
         "success": pl.Boolean,  # null when the environment failed (neither success nor failure)
+        # greedy decoding on the sandbox: the runs of a task repeat one episode (distinct_episodes); null: live
+        # sites, whose runs are episodes of their own
+        "greedy": pl.Boolean,
         "termination": pl.String,
         "n_steps": pl.Int32,
         "prompt_tokens": pl.Int64,
@@ -272,8 +280,10 @@ def run_online(
     config: EvaluateParams,
     model_name: str,
     rollouts: dict[str, Any] | None = None,
-) -> pl.DataFrame:
-    """``online.runs`` runs of the model on the chosen tasks (of the ``tasks`` table) in real Chromium; one row per episode.
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``online.runs`` runs of the model on the chosen tasks (of the ``tasks`` table) in real Chromium: one row per
+    episode, and one row per step of each (:data:`~rmsweb_kedro.schema.EPISODE_STEP_SCHEMA`; screenshots kept under
+    ``online.episodes_root`` when ``online.keep_screenshots``).
 
     Episodes run through :func:`~rmsweb_kedro.rollouts.run_rollouts` (``online.n_envs`` browsers on the
     ``rollouts`` backend), never on the calling thread, so a Playwright session it may hold never collides."""
@@ -282,12 +292,14 @@ def run_online(
     from rmsweb_kedro.schema import tasks_from_frame
 
     online = config.online
+    nothing = pl.DataFrame(schema=EPISODE_SCHEMA), pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
     if not online.enabled:
-        return pl.DataFrame(schema=EPISODE_SCHEMA)
+        return nothing
     chosen = select_online_tasks(tasks_from_frame(tasks), online, config.seed)
     if not chosen:
         logger.warning("online %s: no task in splits %s", model_name, online.splits)
-        return pl.DataFrame(schema=EPISODE_SCHEMA)
+        return nothing
+    root = Path(online.episodes_root).resolve()
     policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
     episodes = [
         EpisodeSpec(
@@ -296,6 +308,8 @@ def run_online(
             max_steps=online.max_steps,
             seed=config.seed + 1000 * run + position,  # sampled decoding differs by run; greedy does not
             trajectory_id=f"evaluate__{model_name}__r{run}__{task.id}",
+            screenshot_dir=str(root / model_name / f"r{run}" / task.id) if online.keep_screenshots else None,
+            relative_to=str(root) if online.keep_screenshots else None,
             metadata={"run": run},
         )
         for run in range(online.runs)
@@ -315,7 +329,12 @@ def run_online(
         | reference_divergence(spec.task, trajectory)
         for spec, (trajectory,) in zip(episodes, trajectories, strict=True)
     ]
-    return pl.DataFrame(rows, schema=EPISODE_SCHEMA)
+    steps = [
+        row
+        for spec, (trajectory,) in zip(episodes, trajectories, strict=True)
+        for row in episode_step_rows(trajectory, model_name, spec.metadata["run"])
+    ]
+    return pl.DataFrame(rows, schema=EPISODE_SCHEMA), pl.DataFrame(steps, schema=EPISODE_STEP_SCHEMA)
 
 
 def argument_origin(value: str, expected: str | None, instruction: str, axtree: str) -> str:
@@ -419,19 +438,38 @@ def episode_row(trajectory: Any, task: Any, model_name: str, run: int, config: E
         "level": task.level,
         "split": task.split,
         "held_out": task.site in config.online.held_out_sites,
+        "greedy": config.online.greedy,
         "cost_usd": trajectory.cost_usd + priced / 1e6,
     }
 
 
+def distinct_episodes(judged: pl.DataFrame, outcomes: tuple[str, ...] = ("success",)) -> pl.DataFrame:
+    """The rows that are distinct episodes: greedy decoding in the deterministic sandbox repeats a task's episode
+    in every run, so its greedy rows of one model and task with the same outcome(s) are one episode (the first
+    run's row); other rows (sampled decoding, live sites: ``greedy`` false or null) are each their own.
+    ``outcomes``: the outcome columns a repeat must share (a paired table: both models')."""
+    if "greedy" not in judged.columns:
+        return judged
+    greedy = pl.col("greedy").fill_null(False)
+    if "greedy_b" in judged.columns:  # a paired table: a pair repeats only if both sides were greedy
+        greedy = greedy & pl.col("greedy_b").fill_null(False)
+    repeats = judged.filter(greedy).unique(["model", "task_id", *outcomes], keep="first", maintain_order=True)
+    return pl.concat([repeats, judged.filter(~greedy)])
+
+
 def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]:
-    """Success rate over judged episodes with its Wilson interval, the spread of the per-run rates, and the steps,
-    tokens, cost and wall time per task. ``env_errors``: the episodes not judged, the environment's (a crash, a
-    site that blocked the browser, a judge that could not judge), of which ``blocked`` and ``judge_errors`` say how
-    many were which; episodes stopped at a critical point (live sites) are judged as any other and also counted
-    apart."""
+    """Success rate over judged episodes (the mean over runs) with its Wilson interval over the distinct episodes
+    (:func:`distinct_episodes`: greedy repeats of a task count once, so three greedy runs do not narrow it), the
+    spread of the per-run rates, and the steps, tokens, cost and wall time per task. ``env_errors``: the episodes
+    not judged, the environment's (a crash, a site that blocked the browser, a judge that could not judge), of which
+    ``blocked`` and ``judge_errors`` say how many were which; episodes stopped at a critical point (live sites) are
+    judged as any other and also counted apart."""
     judged = episodes.filter(pl.col("success").is_not_null())
     wins = int(judged["success"].sum()) if judged.height else 0
-    low, high = wilson_interval(wins, judged.height, confidence)
+    distinct = distinct_episodes(judged)
+    low, high = wilson_interval(
+        int(distinct["success"].sum()) if distinct.height else 0, distinct.height, confidence
+    )
     per_run = judged.group_by("run").agg(pl.col("success").cast(pl.Float64).mean()).get_column("success")
     solved = judged.filter(pl.col("success"))
     return {
@@ -440,6 +478,7 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
         "blocked": int((episodes["termination"] == "blocked").sum()),
         "judge_errors": int((episodes["termination"] == "judge_error").sum()),
         "critical_points": int((episodes["termination"] == "critical_point").sum()),
+        "distinct_episodes": distinct.height,
         "success_rate": wins / judged.height if judged.height else None,
         "success_low": low,
         "success_high": high,
@@ -463,11 +502,15 @@ def paired_outcomes(
     """The paired 2x2 table of two models' outcomes on the same items, ``(both succeed, only first, only second,
     neither)``: rows paired by ``on`` (online episodes: ``(task_id, run)``, ``success``; offline predictions:
     ``state_id``, ``step_success``); a pair where either outcome is null (an environment error: not judged) is left
-    out, so the counts sum to the pairs judged for both."""
-    judged = rows.filter(pl.col(outcome).is_not_null()).select("model", *on, outcome)
+    out, so the counts sum to the pairs judged for both. Greedy repeats (:func:`distinct_episodes`) are one pair:
+    a task whose greedy runs gave both models the same outcomes counts once, not once a run."""
+    extra = [c for c in ("greedy",) if c in rows.columns and c not in on]
+    judged = rows.filter(pl.col(outcome).is_not_null()).select("model", *on, outcome, *extra)
     pairs = judged.filter(pl.col("model") == first).join(
         judged.filter(pl.col("model") == second), on=list(on), suffix="_b"
     )
+    if extra and "task_id" in on:
+        pairs = distinct_episodes(pairs, (outcome, f"{outcome}_b"))
     a, b = pairs[outcome], pairs[f"{outcome}_b"]
     return int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum())
 
@@ -531,6 +574,7 @@ COMPARISON_SCHEMA = pl.Schema(
     {"model": pl.String, "n_states": pl.Int64}
     | dict.fromkeys(STEP_METRICS, pl.Float64)
     | {"episodes": pl.Int64, "env_errors": pl.Int64, "blocked": pl.Int64, "judge_errors": pl.Int64}
+    | {"distinct_episodes": pl.Int64}
     | dict.fromkeys(
         [
             "success_rate",

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.evaluation import Claim, EvaluateParams, paired_outcomes
+from rmsweb_kedro.evaluation import Claim, EvaluateParams, distinct_episodes, paired_outcomes
 from rmsweb_kedro.mining import EpisodeFailure, classify_episode
 from rmsweb_kedro.reporting import (
     BOOTSTRAP_INTERVAL,
@@ -87,7 +87,10 @@ def paired_points(
     else:
         counts = paired_outcomes(rows, first, second)
         what, row = "online success", "online episode"
-        items = "(task, run) pairs judged for both (environment errors left out)"
+        items = (
+            "(task, run) pairs judged for both (environment errors left out; greedy repeats of a task with the "
+            "same outcomes count once)"
+        )
         none = "no (task, run) judged for both models"
     both, only_first, only_second, neither = counts
     n = both + only_first + only_second + neither
@@ -109,13 +112,18 @@ def paired_points(
 
 
 def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: EvaluateParams) -> Measure:
-    """% fewer steps ``first`` takes than ``second`` on the (task, run) pairs both solved online, ``100 (1 −
+    """% fewer steps ``first`` takes than ``second`` on the (task, run) pairs both solved online (greedy repeats
+    once: :func:`~rmsweb_kedro.evaluation.distinct_episodes`), ``100 (1 −
     mean(first) / mean(second))`` (:func:`~rmsweb_kedro.reporting.steps_saved_pct`), with a paired bootstrap
     interval over those pairs (``bootstrap_resamples`` resamples, seeded with ``seed``)."""
-    won = episodes.filter(pl.col("success").fill_null(False)).select("model", "task_id", "run", "n_steps")
+    greedy = ["greedy"] if "greedy" in episodes.columns else []
+    won = episodes.filter(pl.col("success").fill_null(False)).select(
+        "model", "task_id", "run", "n_steps", *greedy
+    )
     pairs = won.filter(pl.col("model") == first).join(
         won.filter(pl.col("model") == second), on=["task_id", "run"], suffix="_b"
     )
+    pairs = distinct_episodes(pairs, ("n_steps", "n_steps_b"))  # greedy repeats: one pair, not one a run
     what = f"steps on the sandbox tasks both {first} and {second} solved online, % fewer for {first}"
     if pairs.is_empty():
         return Measure(None, f"{what}: not measured (no task solved by both)", n=0)
@@ -447,8 +455,8 @@ def build_report(
                     "invalid_format_rate", "success_rate", "success_low", "success_high", "run_std"]  # fmt: skip
     offline_cols = ["model", "n_states", "action_type_accuracy", "element_accuracy", "argument_match",
                     "step_success_rate", "invalid_format_rate"]  # fmt: skip
-    online_cols = ["model", "episodes", "env_errors", "blocked", "judge_errors", "successes", "success_rate",
-                   "success_low", "success_high", "run_std", "steps_on_solved", "tokens_per_task",
+    online_cols = ["model", "episodes", "env_errors", "blocked", "judge_errors", "distinct_episodes", "successes",
+                   "success_rate", "success_low", "success_high", "run_std", "steps_on_solved", "tokens_per_task",
                    "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
     table = as_percent(with_counts(comparison), rate_columns)
     figures = "\n".join(f"![{name}]({path})" for name, path in config.figures.items())
@@ -456,8 +464,9 @@ def build_report(
         "# RMSWeb evaluation report",
         manifest_markdown(manifest),
         "Rates in %. Online success is over judged episodes (environment failures are counted apart, never as the "
-        f"agent's failure); `successes` gives k/n; the interval is Wilson's at {config.confidence:.0%} over all "
-        f"episodes of {online.runs} run(s); `run_std` is the spread of the per-run rates.",
+        f"agent's failure); `successes` gives k/n over the {online.runs} run(s); the interval is Wilson's at "
+        f"{config.confidence:.0%} over the `distinct_episodes` (greedy repeats of a task with the same outcome "
+        "are one episode); `run_std` is the spread of the per-run rates.",
         f"Online protocol: sandbox splits {online.splits}, up to {online.max_tasks} tasks on the training sites and "
         f"{online.max_held_out_tasks} on the held-out sites {online.held_out_sites}, max {online.max_steps} steps, "
         f"{'greedy' if online.greedy else f'sampled (T={online.temperature})'} decoding, judge: the sandbox "
@@ -478,7 +487,8 @@ def build_report(
         "## The paper's claims and this run",
         f"Each figure with its {config.confidence:.0%} interval (`low`–`high`, same unit, over `n` pairs or tasks, "
         "by the method `interval`); `resolved`: the interval excludes 0. Online differences pair the two models' "
-        "episodes of the same task and run (environment errors left out), offline ones their replies at the same "
+        "episodes of the same task and run (environment errors left out; greedy repeats with the same outcomes "
+        "count once), offline ones their replies at the same "
         "held-out state, and take Newcombe's paired score interval with McNemar's exact `p_value`; steps saved "
         "take a paired bootstrap over the tasks both modes solved "
         f"({config.bootstrap_resamples} resamples, seed {config.seed}).",

@@ -131,7 +131,12 @@ class TrackingHooks:
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
         pipelines = run_params.get("pipeline_names") or [run_params.get("pipeline_name") or "__default__"]
         self._manifest = start_manifest(
-            self._project_path, self._parameters, _command(run_params, pipelines), list(pipelines), self._env
+            self._project_path,
+            self._parameters,
+            _command(run_params, pipelines),
+            list(pipelines),
+            self._env,
+            read_parameters=pipeline.inputs(),
         )
         self._run_id = None
         if self._mlflow is not None:

@@ -25,6 +25,7 @@ from rmsweb_kedro.schema import (
     TRAJECTORY_SCHEMA,
     Trajectory,
     step_row,
+    trajectory_fault,
     trajectory_row,
 )
 
@@ -161,7 +162,10 @@ class _Ingest:
         self.counts["steps"] += len(trajectory.steps)
 
     def check(self, trajectory: Trajectory, folder: str, line_chars: int) -> tuple[str, str] | None:
-        """What the record validators cannot see: duplicates across files, tree size, screenshots on disk."""
+        """What the field validators cannot see: invariants across fields (``schema.trajectory_fault``),
+        duplicates across files, tree size, screenshots on disk."""
+        if fault := trajectory_fault(trajectory):
+            return fault
         if trajectory.id in self.first_seen:
             return "id", (
                 f"trajectory id {trajectory.id!r} was already accepted from {self.first_seen[trajectory.id]}; "

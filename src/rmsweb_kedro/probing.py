@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
 from rmsweb_kedro.mining import MINED_COLUMNS, divergence_states, with_origin
 from rmsweb_kedro.prompts import PromptConfig
-from rmsweb_kedro.schema import STATE_SCHEMA, Task, trajectory_row
+from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA, STATE_SCHEMA, Task, episode_step_rows, trajectory_row
 from rmsweb_kedro.scoring import ScoringConfig, score_states
 
 logger = logging.getLogger(__name__)
@@ -188,13 +188,14 @@ def probe_online(
     sft_model: Any,
     config: MiningParams,
     rollouts: dict[str, Any] | None = None,
-) -> tuple[pl.DataFrame, dict[str, Any]]:
+) -> tuple[pl.DataFrame, dict[str, Any], pl.DataFrame]:
     """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
     reference (``references``: STATE rows with ``in_sft``; probe-pool tasks first: :func:`draw_rollout_tasks`),
     in the real sandbox (served with ``online.sandbox_seed``, the world the tasks were made for) on the
     ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
     action, probed like an offline state (its screenshot kept under ``online.screenshot_root``) and carrying its
-    task's ``in_sft``. Returns the probed states and the rollouts' counts."""
+    task's ``in_sft``. Returns the probed states, the rollouts' counts and their steps
+    (:data:`~rmsweb_kedro.schema.EPISODE_STEP_SCHEMA`, screenshots relative to ``online.screenshot_root``)."""
     from rmsweb_kedro.agents.judges import judge_factory
     from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
 
@@ -208,7 +209,7 @@ def probe_online(
             config.online.rollouts,
             len(candidates),
         )
-        return empty, {"rollouts": 0}
+        return empty, {"rollouts": 0}, pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
     chosen = draw_rollout_tasks(candidates, origins, config)
     policy = load_policy(sft_model, config, greedy=True)
     shots = Path(config.online.screenshot_root).resolve()
@@ -246,4 +247,8 @@ def probe_online(
     columns = ("trajectory_id", "task_id", "success", "termination", "n_steps")
     per_rollout = [{k: v for k, v in trajectory_row(r).items() if k in columns} for r in trajectories]
     logger.info("online probing: %s", counts)
-    return probed, {**counts, "episodes": per_rollout}
+    steps = pl.DataFrame(
+        [row for trajectory in trajectories for row in episode_step_rows(trajectory, "sft")],
+        schema=EPISODE_STEP_SCHEMA,
+    )
+    return probed, {**counts, "episodes": per_rollout}, steps

@@ -1,8 +1,9 @@
 """The run manifest: what a reader needs to trace a number back to the run that made it.
 
-A :class:`RunManifest` names the code (git commit, uncommitted changes), the packages (versions), the seeds (every
-``seed`` parameter), the checkpoints read or written (path and content hash), the judges whose verdicts the run's
-tables hold, the hardware, the Kedro command and the MLflow run id. ``hooks.TrackingHooks`` fills one per
+A :class:`RunManifest` names the code (git commit, uncommitted changes), the packages (versions, and the Chromium
+build), the seeds (every ``seed`` parameter the run's pipelines read), the checkpoints read or written (path and
+content hash), the judges whose verdicts the run's tables hold, the hardware (CPU model, instruction sets, torch's
+threads and kernels), the Kedro command and the MLflow run id. ``hooks.TrackingHooks`` fills one per
 ``kedro run`` and saves it as the ``run_manifest`` dataset; the report starts with :func:`manifest_markdown`.
 
 Secrets never enter a manifest (or MLflow): :func:`mask_secrets` replaces every value under a key that names a
@@ -15,6 +16,7 @@ import hashlib
 import platform
 import re
 import subprocess
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -92,19 +94,79 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
     return versions
 
 
-def hardware() -> dict[str, Any]:
-    """Machine, CPU count and, when torch sees them, the accelerators (name, memory)."""
+def chromium_version() -> str:
+    """The version of the Chromium the browsers run (``RMSWEB_CHROMIUM`` or ``web.browser``'s default): the pages
+    it renders are the observations collected, so another build can collect other data."""
     import os
 
+    from rmsweb_kedro.web.browser import BrowserConfig
+
+    path = os.environ.get("RMSWEB_CHROMIUM") or BrowserConfig().executable
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "not installed"
+    match = re.search(r"\d+(\.\d+)+", out)
+    return match.group(0) if match else "unknown"
+
+
+def cpu_model() -> tuple[str | None, list[str]]:
+    """The CPU's model name and its SIMD instruction sets (``avx2``, ``avx512_bf16``, ``amx_tile``, ...) from
+    ``/proc/cpuinfo``; ``(platform.processor() or None, [])`` where that file is absent (not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or None, []
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE)
+    # a hypervisor may name only the brand ("AMD EPYC"): family/model/stepping tell the generations apart
+    numbers = [
+        re.search(rf"^{key}\s*:\s*(\d+)$", text, re.MULTILINE) for key in ("cpu family", "model", "stepping")
+    ]
+    name = model.group(1).strip() if model else None
+    if name and all(numbers):
+        name += " (family {}, model {}, stepping {})".format(*(n.group(1) for n in numbers))
+    simd = re.compile(r"^(sse|ssse|avx|amx|fma|f16c)")  # the sets that decide which kernels BLAS/oneDNN run
+    return (
+        name,
+        sorted(f for f in (flags.group(1).split() if flags else []) if simd.match(f)),
+    )
+
+
+#: Environment variables that change which CPU kernels run, hence the bits a run computes.
+KERNEL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+def hardware() -> dict[str, Any]:
+    """Machine, CPU model and instruction sets, CPU count, torch's threads and kernel ISA, and, when torch sees
+    them, the accelerators (name, memory). Two CPUs with different instruction sets run different BLAS/oneDNN
+    kernels, so a run reproduces bit for bit only on the same ``cpu_flags`` (README, "What the default run
+    gives")."""
+    import os
+
+    model, flags = cpu_model()
     info: dict[str, Any] = {
         "machine": platform.machine(),
         "system": platform.platform(),
         "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "cpu_flags": flags,
+        "kernel_env": {name: os.environ[name] for name in KERNEL_ENV if name in os.environ},
     }
     try:
         import torch
     except ImportError:
         return info
+    info["torch_threads"] = torch.get_num_threads()
+    info["torch_interop_threads"] = torch.get_num_interop_threads()
+    info["torch_cpu_capability"] = (
+        torch.backends.cpu.get_cpu_capability()
+    )  # ATen's kernels: AVX2, AVX512, ...
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    onednn = re.search(r"MKL-DNN (v[\d.]+)", config)
+    info["torch_blas"] = blas.group(1) if blas else None
+    info["torch_onednn"] = onednn.group(1) if onednn else None
     if torch.cuda.is_available():
         info["gpus"] = [
             f"{torch.cuda.get_device_name(i)} ({torch.cuda.get_device_properties(i).total_memory / 2**30:.0f} GiB)"
@@ -115,8 +177,11 @@ def hardware() -> dict[str, Any]:
     return info
 
 
-def seeds(parameters: dict[str, Any], prefix: str = "") -> dict[str, int]:
-    """Every integer parameter whose key ends in ``seed``, by dotted path (``sft.training.loop.seed``)."""
+def seeds(parameters: dict[str, Any], prefix: str = "", read: Iterable[str] | None = None) -> dict[str, int]:
+    """Every integer parameter whose key ends in ``seed``, by dotted path (``sft.training.loop.seed``).
+
+    ``read``: the parameters the pipelines that ran read (their ``params:NAME`` inputs, ``parameters`` for all):
+    only seeds at or under one of them are listed, so a default run does not list the ablations' seeds."""
     found: dict[str, int] = {}
     for key, value in parameters.items():
         path = f"{prefix}{key}"
@@ -124,7 +189,14 @@ def seeds(parameters: dict[str, Any], prefix: str = "") -> dict[str, int]:
             found |= seeds(value, f"{path}.")
         elif str(key).endswith("seed") and isinstance(value, int) and not isinstance(value, bool):
             found[path] = value
-    return found
+    if read is None:
+        return found
+    names = {
+        name.removeprefix("params:") for name in read if name.startswith("params:") or name == "parameters"
+    }
+    if "parameters" in names:
+        return found
+    return {path: v for path, v in found.items() if any(path == n or path.startswith(f"{n}.") for n in names)}
 
 
 def mask_secrets(value: Any) -> Any:
@@ -171,9 +243,11 @@ def start_manifest(
     command: str,
     pipelines: list[str],
     env: str | None = None,
+    read_parameters: Iterable[str] | None = None,
 ) -> RunManifest:
     """The manifest at the start of a run: code, packages, seeds and hardware (checkpoints, judges and the MLflow
-    run are added as the run goes)."""
+    run are added as the run goes). ``read_parameters``: the run's pipeline inputs; the seeds listed are those
+    they read (:func:`seeds`)."""
     import sys
 
     commit, dirty = git_state(project_path)
@@ -184,10 +258,10 @@ def start_manifest(
         env=env,
         git_commit=commit,
         git_dirty=dirty,
-        packages=package_versions(),
+        packages=package_versions() | {"chromium": chromium_version()},
         python=sys.version.split()[0],
         hardware=hardware(),
-        seeds=seeds(parameters),
+        seeds=seeds(parameters, read=read_parameters),
     )
 
 
@@ -229,7 +303,12 @@ def manifest_markdown(manifest: dict[str, Any] | RunManifest | None) -> str:
             "MLflow run",
             f"`{m.mlflow_run_id}` in `{m.mlflow_tracking_uri}`" if m.mlflow_run_id else "tracking off",
         ),
-        ("hardware", f"{hw.get('cpus')} CPUs ({hw.get('machine')}), GPUs: {gpus}"),
+        (
+            "hardware",
+            f"{hw.get('cpus')} CPUs ({hw.get('machine')}, {hw.get('cpu_model') or 'model unknown'}; torch "
+            f"{hw.get('torch_threads', '?')} threads, {hw.get('torch_cpu_capability', '?')} kernels), GPUs: {gpus}",
+        ),
+        ("CPU instruction sets", " ".join(hw.get("cpu_flags") or []) or "not recorded"),
         ("python / packages", f"{m.python}; " + ", ".join(f"{k} {v}" for k, v in m.packages.items())),
         ("seeds", ", ".join(f"{k}={v}" for k, v in m.seeds.items()) or "none"),
         ("judges", "; ".join(f"`{j}`" for j in m.judges) or "none recorded"),

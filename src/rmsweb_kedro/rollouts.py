@@ -61,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Agent, Judge, Reflector
+from rmsweb_kedro.episodes import target_element
 from rmsweb_kedro.schema import ENV_TERMINATIONS, CollectionMode, Observation, Task, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class CriticalPoints(BaseModel):
             return None
         commit, personal = self._pattern(self.commit_words), self._pattern(self.personal_data_words)
         if action.type == ActionType.CLICK:
-            element = _target(action, observation)
+            element = target_element(action, observation)
             if element is not None and commit.search(element.name.lower()):
                 return f'clicking {element.role} "{element.name}" would commit an irreversible change'
             return None
@@ -161,20 +162,6 @@ class CriticalPoints(BaseModel):
             if element.role == "textbox" and personal.search(element.name.lower()):
                 return f'submitting a form with personal data ("{element.name}")'
         return None
-
-
-def _target(action: Action, observation: Observation) -> Any:
-    """The observation's element an action targets: by id, or the smallest one containing its point."""
-    if action.element is not None:
-        return next((e for e in observation.elements if e.id == action.element), None)
-    inside = [
-        e
-        for e in observation.elements
-        if e.bbox
-        and e.bbox[0] <= action.x <= e.bbox[0] + e.bbox[2]
-        and e.bbox[1] <= action.y <= e.bbox[1] + e.bbox[3]
-    ]
-    return min(inside, key=lambda e: e.bbox[2] * e.bbox[3], default=None)
 
 
 # ---------------------------------------------------------------- what runs

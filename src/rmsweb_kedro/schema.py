@@ -15,7 +15,15 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rmsweb_kedro.actions import Action, ActionParseError, format_action, parse_action
+from rmsweb_kedro.actions import (
+    INT32_MAX,
+    INT64_MAX,
+    Action,
+    ActionParseError,
+    ActionType,
+    format_action,
+    parse_action,
+)
 
 #: ``file``: a task file a researcher brings (tasks/files.py); ``proposed``: written by the task proposer.
 TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user", "file", "proposed"]
@@ -54,7 +62,8 @@ def level_for_length(reference_length: int) -> Level:
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # allow_inf_nan=False: JSON's NaN/Infinity (or 1e400) in a cost, a box or a coordinate is refused, never stored
+    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
 
 
 class JudgeSpec(_Record):
@@ -74,7 +83,7 @@ class Task(_Record):
     start_url: str = Field(min_length=1)
     instruction: str = Field(min_length=1)
     level: Level | None = None
-    reference_length: int | None = Field(default=None, ge=0)
+    reference_length: int | None = Field(default=None, ge=0, le=INT32_MAX)
     split: Split | None = None
     judge: JudgeSpec = Field(default_factory=lambda: JudgeSpec(kind="none"))
     #: A reference solution when one is known (sandbox): canonical action texts, targets given by
@@ -86,7 +95,7 @@ class Task(_Record):
 class Element(_Record):
     """An interactive element of an observation: the id actions target, its role, accessible name, value."""
 
-    id: int = Field(ge=0)
+    id: int = Field(ge=0, le=INT32_MAX)
     role: str
     name: str = ""
     value: str | None = None
@@ -105,13 +114,15 @@ class Observation(_Record):
     tabs: list[str] = Field(default_factory=list)
     error: str | None = None  # the last action's error, if any (never an exception)
     env_error: bool = False  # True when the environment itself failed (crash, timeout), not the agent
+    #: the page offset of the viewport when observed: element boxes are in page pixels, the screenshot is the viewport
+    scroll: tuple[float, float] = (0.0, 0.0)
     #: The site refused the browser on this page (web.browser detects it): the episode ends ``blocked``.
     blocked: BlockKind | None = None
 
 
 class Usage(_Record):
-    prompt_tokens: int = Field(default=0, ge=0)
-    completion_tokens: int = Field(default=0, ge=0)
+    prompt_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
+    completion_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
 
     def __add__(self, other: Usage) -> Usage:
         """The tokens of both: ``usage = usage + reply.usage`` sums an episode's or a judge's calls."""
@@ -163,7 +174,7 @@ class Verdict(_Record):
 class Step(_Record):
     """One step of an attempt: the observation it acted on, the thought and action, the raw model text."""
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=INT32_MAX)
     url: str
     screenshot: str | None = None  # relative to the trajectory file's folder
     axtree: str | None = None
@@ -174,6 +185,9 @@ class Step(_Record):
     #: Other actions that would have done what ``action`` did here, as the environment established them (the
     #: sandbox's declared equivalents, web/sandbox/reference.py); they become the state's reference set.
     equivalent_actions: list[Action] = Field(default_factory=list)
+    #: The box (x, y, width, height) of the element the action targets, in the step's screenshot pixels (the
+    #: viewer draws it); None when the action targets no element or the record predates it.
+    target_box: tuple[float, float, float, float] | None = None
 
     @field_validator("action", mode="before")
     @classmethod
@@ -209,7 +223,7 @@ class Trajectory(_Record):
     task_id: str = Field(min_length=1)
     site: str = ""
     instruction: str = ""
-    attempt: int = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=INT32_MAX)
     mode: CollectionMode = "single"
     reflections: list[str] = Field(default_factory=list)
     success: bool | None = None
@@ -234,6 +248,49 @@ class Trajectory(_Record):
                     f"step indices must run 0, 1, 2, ... in order; position {position} has index {step.index}"
                 )
         return steps
+
+
+_ENDING = {ActionType.ANSWER: "answer", ActionType.STOP: "stop"}
+
+
+def trajectory_fault(trajectory: Trajectory) -> tuple[str, str] | None:
+    """``(field, reason)`` of the first cross-field invariant ``trajectory`` breaks (docs/data_contracts.md,
+    "Invariants across fields"), or None. Checked at ingest, where a record comes from a file; the field checks
+    (types, ranges, finite numbers, step order) are the models' own."""
+    t, steps = trajectory, trajectory.steps
+    if t.verdict is not None and t.success is not None and t.success != t.verdict.success:
+        return "success", (
+            f"success is {t.success} but verdict.success is {t.verdict.success}: a record must agree with its own "
+            "verdict (give one, or make them equal)"
+        )
+    success = t.success if t.success is not None else (t.verdict.success if t.verdict else None)
+    if success and not steps:
+        return "steps", "the trajectory is marked successful but has no steps: a success is reached by acting"
+    if t.termination in ENV_TERMINATIONS and (t.success is not None or t.verdict is not None):
+        return "termination", (
+            f"termination {t.termination} (the environment's end) carries a success or a verdict: an environment "
+            "outcome is never the agent's success or failure (success and verdict must be null)"
+        )
+    for step in steps[:-1]:
+        if step.action is not None and step.action.type in _ENDING:
+            return f"steps.{step.index}.action", (
+                f"{step.action.type.value} ends an episode, but step {step.index} is followed by "
+                f"{len(steps) - 1 - step.index} more step(s)"
+            )
+    last = steps[-1].action if steps else None
+    ending = _ENDING.get(last.type) if last is not None else None
+    if t.termination in ("answer", "stop") and ending != t.termination:
+        return "termination", (
+            f"termination is {t.termination!r} but the last step's action is "
+            f"{format_action(last) if last else 'missing'}: an episode ends by {t.termination} with that action"
+        )
+    # a judge_error (or blocked) record keeps the agent's steps, its own end in metadata: any last action fits
+    if ending is not None and t.termination not in (None, ending, *ENV_TERMINATIONS):
+        return "termination", (
+            f"the last step's action {format_action(last)} ends the episode by {ending}, but termination is "
+            f"{t.termination!r}"
+        )
+    return None
 
 
 # ---------------------------------------------------------------- tables (polars)
@@ -380,6 +437,26 @@ def step_row(trajectory: Trajectory, step: Step, screenshot_prefix: str = "") ->
         "error": step.error,
         "equivalent_actions": [format_action(a) for a in step.equivalent_actions],
     }
+
+
+#: The steps of the episodes evaluate, mining and live run (``online_steps``, ``mining_online_steps``,
+#: ``live_steps``): the ``steps`` columns, the targeted element's box and the episode's own columns; ``screenshot``
+#: is relative to the stage's episodes folder.
+EPISODE_STEP_SCHEMA = pl.Schema(
+    {**STEP_SCHEMA, "target_box": pl.List(pl.Float64), "model": pl.String, "run": pl.Int32}
+)
+
+
+def episode_step_rows(
+    trajectory: Trajectory, model: str | None = None, run: int | None = None, screenshot_prefix: str = ""
+) -> list[dict[str, Any]]:
+    """The ``EPISODE_STEP_SCHEMA`` rows of one episode (screenshots as the steps record them, after
+    ``screenshot_prefix``)."""
+    return [
+        step_row(trajectory, step, screenshot_prefix)
+        | {"target_box": list(step.target_box) if step.target_box else None, "model": model, "run": run}
+        for step in trajectory.steps
+    ]
 
 
 def task_row(task: Task) -> dict[str, Any]:

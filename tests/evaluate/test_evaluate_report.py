@@ -437,7 +437,8 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     markdown = catalog.load("evaluation_report")
     assert "| rmsweb | 3 | 100 | 100 | 100 | 100 | 0 |" in markdown  # offline rates in %
     assert "RMSWeb beats SFT | +2.4 to +7.0 | 25 |" in markdown  # 75% - 50%
-    assert "| sft | 8 | 0 | 0 | 0 | 4/8 | 50 |" in markdown  # every online rate states its k/n
+    # every online rate states its k/n; 8 distinct episodes (the helper's rows are not greedy)
+    assert "| sft | 8 | 0 | 0 | 0 | 8 | 4/8 | 50 |" in markdown
     assert "### Steps on solved tasks" in markdown
     assert "![success_vs_cost](evaluate/success_vs_cost.png)" in markdown
     page = catalog.load("evaluation_report_html")
@@ -545,3 +546,36 @@ def test_report_from_empty_evaluations():
         and "No online episode was judged" in markdown
         and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown
     )
+
+
+def test_greedy_repeats_are_one_episode_in_the_interval_and_the_paired_test():
+    """Three greedy runs over t0-t9: sft solves t0 and t1 every run and t2 in run 0 only (the browser made run 0
+    another episode), base nothing. The distinct episodes are t0, t1, t2 solved, t2 failed and t3-t9 failed: 3 of
+    11 (the rate stays the mean over the 30 runs, 7/30); sampled runs are 30 episodes of their own."""
+    outcomes = [(True, 4, "answer")] * 3 + [(False, 14, "max_steps")] * 7
+    sft = episodes("sft", outcomes, runs=3).with_columns(
+        success=pl.when((pl.col("task_id") == "t2") & (pl.col("run") > 0)).then(False).otherwise("success"),
+        greedy=pl.lit(True),
+    )
+    base = episodes("base", [(False, 14, "max_steps")] * 10, runs=3).with_columns(greedy=pl.lit(True))
+    summary = evaluation.success_summary(sft, 0.95)
+    assert summary["episodes"] == 30 and summary["distinct_episodes"] == 11
+    assert summary["success_rate"] == pytest.approx(7 / 30)
+    # Wilson at n = 11, k = 3 by hand: p = 0.27273, z² = 3.8416, centre (p + z²/2n) / (1 + z²/n) = 0.33156,
+    # half-width 1.96 · sqrt(p(1 - p)/n + z²/4n²) / (1 + z²/n) = 0.23410
+    assert (summary["success_low"], summary["success_high"]) == pytest.approx((0.09746, 0.56566), abs=1e-4)
+    # pairs: t0, t1 (won by sft alone), t2 twice (sft alone in run 0; neither in runs 1-2), t3-t9 (neither)
+    assert evaluation.paired_outcomes(pl.concat([sft, base]), "sft", "base") == (0, 3, 0, 8)
+    # steps saved: rmsweb takes 3 steps wherever sft solved in 4 (t0, t1 every run, t2 in run 0): 3 pairs, not 7
+    rmsweb = sft.with_columns(model=pl.lit("rmsweb"), n_steps=pl.lit(3, pl.Int32))
+    saved = report.online_steps_saved(pl.concat([rmsweb, sft]), "rmsweb", "sft", evaluation.EvaluateParams())
+    assert saved.n == 3 and saved.value == pytest.approx(25.0)
+
+    sampled = sft.with_columns(greedy=pl.lit(False))
+    summary = evaluation.success_summary(sampled, 0.95)
+    assert summary["distinct_episodes"] == 30
+    assert (summary["success_low"], summary["success_high"]) == pytest.approx(
+        reporting.wilson_interval(7, 30)
+    )
+    paired = pl.concat([sampled, base.with_columns(greedy=pl.lit(False))])
+    assert evaluation.paired_outcomes(paired, "sft", "base") == (0, 7, 0, 23)

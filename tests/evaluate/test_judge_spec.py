@@ -102,3 +102,46 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
         JudgeByKind({"kind": "sandbox_checker"}).for_task(task)
     with pytest.raises(ValueError, match="has no endpoint: set judge.endpoint"):
         JudgeByKind({"kind": "sandbox_checker"}, lambda _s: {}).for_task(unknown)
+
+    # The stages' factory pickles (Ray actors build their judges) and gives a kind its own model when asked.
+    import pickle
+
+    from rmsweb_kedro.agents.judges import judge_factory
+
+    config = {"base_url": "http://127.0.0.1:9/v1", "model": "judge-test"}
+    made = pickle.loads(pickle.dumps(judge_factory({"kind": "webjudge", "endpoint": config},
+                                                   endpoints={"rubric": config | {"model": "rubric-model"}})))(None)  # fmt: skip
+    rubric_task = unknown.model_copy(update={"judge": JudgeSpec(kind="rubric")})
+    assert made.for_task(rubric_task).endpoint.config.model == "rubric-model"
+    assert made.for_task(unknown).endpoint.config.model == "judge-test"
+
+
+def test_a_definite_answer_read_by_a_model_and_its_judge_errors(chat_server, sandbox_task_list):
+    """``reference_answer: llm``: the endpoint's model reads the final answer against the reference (over HTTP to
+    the local server); a reply without a verdict or a failing endpoint is a judge error, never the agent's failure."""
+    from rmsweb_kedro.agents.answer_judge import LLMAnswerJudge
+    from rmsweb_kedro.agents.judges import JudgeByKind
+
+    endpoint = {"base_url": chat_server.base_url, "model": "judge-test", "max_retries": 1, "backoff_s": 0}
+    judges = JudgeByKind({"kind": "webjudge", "reference_answer": "llm", "endpoint": endpoint})
+    task = sandbox_task_list[0].model_copy(
+        update={
+            "source": "user",
+            "judge": JudgeSpec(kind="reference_answer", config={"reference_answer": "$42"}),
+        }
+    )
+    assert type(judges.for_task(task)) is LLMAnswerJudge
+    chat_server.replies = [
+        "Verdict: CORRECT. 42 dollars is $42.",
+        "Verdict: INCORRECT. It says 24.",
+        "Yes.",
+        500,
+        500,
+    ]
+    verdicts = [judges.judge(task, [], answer, {})[0] for answer in ("42 dollars", "24", "42", "42")]
+    assert [v.success for v in verdicts[:2]] == [True, False]
+    assert verdicts[0].judged_by.kind == "reference_answer" and verdicts[0].judged_by.model == "judge-test"
+    assert "Reference answer: $42" in str(chat_server.requests[0]["messages"][1]["content"])
+    assert not any(v.details.get("judge_error") for v in verdicts[:2])
+    assert all(v.details.get("judge_error") for v in verdicts[2:])  # no verdict in the reply; HTTP 500 twice
+    assert judges.judge(task, [], None, {})[0].success is False and len(chat_server.requests) == 5  # no call

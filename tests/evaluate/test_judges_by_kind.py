@@ -39,11 +39,12 @@ def test_unknown_sites_are_judged_by_the_llm_judge_and_a_failing_judge_is_a_judg
             "runs": 1,
             "max_steps": 14,
             "n_envs": 1,
+            "keep_screenshots": False,
             "judge": {"kind": "webjudge", "endpoint": endpoint, "official_prompts": None},
         }
     }
     perfect = ScriptedTeacher(seed=0, imperfections=TeacherImperfections(mistake_probs={}))
-    rows = nodes.run_online(tasks_to_frame(unknown), perfect, params, model_name="teacher")
+    rows, _steps = nodes.run_online(tasks_to_frame(unknown), perfect, params, model_name="teacher")
 
     by_task = {row["task_id"]: row for row in rows.iter_rows(named=True)}
     judged, errored = by_task[unknown[0].id], by_task[unknown[1].id]

@@ -17,7 +17,9 @@ from tests.fixtures_web import chromium_available
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-PARAMS = {"online": {"max_tasks": 2, "max_held_out_tasks": 1, "runs": 1, "max_steps": 14}}
+PARAMS = {
+    "online": {"max_tasks": 2, "max_held_out_tasks": 1, "runs": 1, "max_steps": 14, "keep_screenshots": False}
+}
 
 
 class Misremembers(ReferenceAgent):
@@ -56,7 +58,7 @@ def sandbox_tasks(sandbox_task_list) -> pl.DataFrame:
 
 def test_perfect_teacher_solves_and_quitter_fails(sandbox_tasks):
     perfect = ScriptedTeacher(seed=0, imperfections=TeacherImperfections(mistake_probs={}))
-    solved = nodes.run_online(sandbox_tasks, perfect, PARAMS, model_name="teacher")
+    solved, _ = nodes.run_online(sandbox_tasks, perfect, PARAMS, model_name="teacher")
     assert solved.schema == EPISODE_SCHEMA
     assert solved.height == 3 and solved["held_out"].to_list() == [False, False, True]
     assert set(solved["split"]) == {"test"} and solved["site"][2] == "hotels"
@@ -68,7 +70,7 @@ def test_perfect_teacher_solves_and_quitter_fails(sandbox_tasks):
 
     assert solved["diverged_at"].null_count() == 3  # a success never left its reference
 
-    failed = nodes.run_online(sandbox_tasks, Quitter(), PARAMS, model_name="quitter")
+    failed, _ = nodes.run_online(sandbox_tasks, Quitter(), PARAMS, model_name="quitter")
     assert failed["task_id"].to_list() == solved["task_id"].to_list()  # the same tasks for every model
     assert failed["success"].to_list() == [False, False, False] and set(failed["n_steps"]) == {1}
     # it left the reference at its first step, by ending the episode
@@ -87,7 +89,7 @@ def test_perfect_teacher_solves_and_quitter_fails(sandbox_tasks):
 
 def test_episodes_record_where_they_first_left_the_reference(sandbox_tasks, sandbox_task_list):
     by_id = {task.id: task for task in sandbox_task_list}
-    episodes = nodes.run_online(
+    episodes, _ = nodes.run_online(
         sandbox_tasks, Misremembers(), {**PARAMS, "seed": 3}, model_name="misremembers"
     )
     typed = 0
@@ -128,7 +130,7 @@ def test_a_longer_way_is_followed_to_the_step_that_leaves_the_reference(sandbox_
                 wrong_pick[task.id] = mistakes.index("pick_item")
                 break
     assert len(wrong_pick) == 2, wrong_pick
-    episodes = nodes.run_online(
+    episodes, _ = nodes.run_online(
         sandbox_tasks.filter(pl.col("id").is_in(list(wrong_pick))), teacher, PARAMS, model_name="teacher"
     )
     assert episodes.height == 2 and not episodes["success"].any()

@@ -154,6 +154,92 @@ def test_good_file_is_accepted_with_relative_screenshots(root):
             "does not exist",
         ),
         (b'{"id": "t9", "site": "caf\xe9"}', "", "not valid UTF-8: byte 0xe9 at column 26"),
+        # ranges: a value beyond its table column used to fail the whole run in polars ("could not append")
+        (
+            json.dumps(
+                record("t9", steps=[{"index": 0, "url": "u", "action": {"type": "click", "element": 10**30}}])
+            ).encode(),
+            "steps.0.action.element",
+            "less than or equal to 2147483647",
+        ),
+        (
+            json.dumps(record("t9", steps=[{"index": 0, "url": "u", "action": f"click({10**30})"}])).encode(),
+            "steps.0.action",
+            "less than or equal to 2147483647",
+        ),
+        (json.dumps(record("t9", attempt=2**40)).encode(), "attempt", "less than or equal to 2147483647"),
+        (
+            json.dumps(record("t9", usage={"prompt_tokens": 2**64})).encode(),
+            "usage.prompt_tokens",
+            "less than or equal to 9223372036854775807",
+        ),
+        # finite floats: json.dumps writes NaN as NaN, which JSON parsers (pydantic's too) read as a float
+        (
+            json.dumps(
+                record(
+                    "t9",
+                    steps=[{"index": 0, "url": "u", "action": {"type": "click", "x": float("nan"), "y": 3}}],
+                )
+            ).encode(),
+            "steps.0.action.x",
+            "finite number",
+        ),
+        (
+            b'{"id": "t9", "task_id": "x", "steps": [{"index": 0, "url": "u", '
+            b'"action": {"type": "click", "x": 3, "y": 1e400}}]}',
+            "steps.0.action.y",
+            "finite number",
+        ),
+        (json.dumps(record("t9", cost_usd=float("inf"))).encode(), "cost_usd", "finite number"),
+        # invariants across fields (schema.trajectory_fault)
+        (json.dumps({**record("t9"), "steps": []}).encode(), "steps", "marked successful but has no steps"),
+        (
+            json.dumps({**record("t9", success=None, verdict={"success": True}), "steps": []}).encode(),
+            "steps",
+            "marked successful but has no steps",
+        ),
+        (
+            json.dumps(record("t9", success=True, verdict={"success": False})).encode(),
+            "success",
+            "success is True but verdict.success is False",
+        ),
+        (
+            json.dumps(record("t9", success=False, termination="env_error")).encode(),
+            "termination",
+            "environment outcome is never the agent's",
+        ),
+        (
+            json.dumps(
+                record("t9", success=None, verdict={"success": False}, termination="blocked")
+            ).encode(),
+            "termination",
+            "termination blocked (the environment's end) carries a success or a verdict",
+        ),
+        (
+            json.dumps(
+                record(
+                    "t9",
+                    steps=[
+                        {"index": 0, "url": "u", "action": 'answer("1")'},
+                        {"index": 1, "url": "u", "action": "click(2)"},
+                    ],
+                )
+            ).encode(),
+            "steps.0.action",
+            "answer ends an episode, but step 0 is followed by 1 more step(s)",
+        ),
+        (
+            json.dumps(
+                record("t9", termination="answer", steps=[{"index": 0, "url": "u", "action": "click(2)"}])
+            ).encode(),
+            "termination",
+            "termination is 'answer' but the last step's action is click(2)",
+        ),
+        (
+            json.dumps(record("t9", termination="max_steps")).encode(),
+            "termination",
+            "ends the episode by answer, but termination is 'max_steps'",
+        ),
     ],
     ids=[
         "malformed-json",
@@ -169,6 +255,21 @@ def test_good_file_is_accepted_with_relative_screenshots(root):
         "absolute-path",
         "missing-screenshot",
         "non-utf8",
+        "element-beyond-int32",
+        "element-beyond-int32-text",
+        "attempt-beyond-int32",
+        "tokens-beyond-int64",
+        "nan-coordinate",
+        "infinite-coordinate",
+        "infinite-cost",
+        "success-without-steps",
+        "verdict-success-without-steps",
+        "success-contradicts-verdict",
+        "env-error-with-outcome",
+        "blocked-with-outcome",
+        "steps-after-answer",
+        "termination-answer-without-answer",
+        "answer-with-other-termination",
     ],
 )
 def test_bad_line_is_quarantined_and_the_rest_accepted(root, bad_line, field, reason):
@@ -181,6 +282,20 @@ def test_bad_line_is_quarantined_and_the_rest_accepted(root, bad_line, field, re
     assert row["record_id"] == ("t9" if b'"t9"' in bad_line else None)
     assert row["raw"] == bad_line.decode("utf-8", "replace")
     assert report["records_in"] == 3 and report["accepted"] == 2 and report["quarantined"] == 1
+
+
+def test_environment_ends_keep_the_agents_steps(root):
+    """A judge that could not judge keeps the agent's steps (ending in its answer): termination judge_error, no
+    success, no verdict, is a valid record."""
+    write(
+        root,
+        "run/a.jsonl",
+        record("t1", success=None, termination="judge_error"),
+        record("t2", termination="answer"),
+    )
+    trajectories, _, quarantine, report = ingest(root)
+    assert trajectories["termination"].to_list() == ["judge_error", "answer"] and quarantine.height == 0
+    assert report["accepted"] == 2
 
 
 def test_byte_order_mark_and_windows_line_ends_are_accepted(root):

@@ -27,7 +27,7 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
         "online": {"rollouts": 1, "max_steps": 3, "screenshot_root": "mining/online_screenshots"},
     }  # fmt: skip
     pool = pl.col("task_id") == task.id
-    probes, rollouts = probe_online(
+    probes, rollouts, _steps = probe_online(
         tasks_to_frame(mining_tasks),
         reference_states.filter(~pool),
         reference_states.filter(pool),
@@ -121,7 +121,7 @@ def test_online_state_shows_its_screenshot_to_the_model(
     }
     task = next(t for t in mining_tasks if t.site == WEAK_SITE)
     model, processor = load_model({"path": str(released_checkpoint)})
-    probes, counts = probe_online(
+    probes, counts, _steps = probe_online(
         tasks_to_frame([task]), reference_states, reference_states.clear(), (model, processor), params
     )
     assert counts["diverged"] == 1 and probes.height == 1

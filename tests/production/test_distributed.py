@@ -74,8 +74,9 @@ def one_process_salvage_ds(tmp_path_factory, released_checkpoint, screenshot_sta
     return straight
 
 
-def _launched_sft(tmp_path, launch, checkpoint, states, **loop):
-    config = SFTConfig(loop=LoopConfig(output_dir=str(tmp_path / launch), **loop, **LOOP), prompt=PROMPT)
+def _launched_sft(tmp_path, launch, checkpoint, states, batching="padded", **loop):
+    loop = LoopConfig(output_dir=str(tmp_path / launch), **loop, **LOOP)
+    config = SFTConfig(loop=loop, prompt=PROMPT, batching=batching)
     job = {
         "model_dir": str(checkpoint),
         "train_path": _parquet(states, tmp_path / "train.parquet"),
@@ -152,6 +153,37 @@ def test_fsdp2_on_two_cpu_processes_trains_sft_like_one(
     assert _losses(launched.history) == pytest.approx(_losses(straight), rel=TOLERANCE)
     assert [r["train/label_tokens"] for r in launched.history] == [r["train/label_tokens"] for r in straight]
     assert (tmp_path / "cpu_2proc_fsdp2" / "checkpoints").is_dir()  # save_state of the sharded run
+
+
+@pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP with LoRA, FSDP2 with full weights
+def test_two_processes_train_packed_sft_like_one_padded(
+    launch, tmp_path, released_checkpoint, screenshot_states, one_process_sft
+):
+    """Packed micro-batches (``sft.training.batching: packed``) on two processes give the one-process padded run's
+    per-step losses, label counts and gradient norms (the same tolerance: the paths differ in summation order only;
+    tests/sft/test_packing.py compares the gradients of one batch tensor by tensor)."""
+    from rmsweb_kedro.modeling import save_checkpoint
+
+    states, steps = screenshot_states[:12], 2
+    reference, checkpoint = one_process_sft.history[:steps], released_checkpoint
+    if launch == "cpu_2proc":  # LoRA: base + adapter saved (as the node does), the reference trained from it
+        model, processor = load_model({"path": str(released_checkpoint), "lora": {"r": 4, "dropout": 0.0}})
+        checkpoint = tmp_path / "lora_base"
+        save_checkpoint(model, processor, checkpoint)
+        one = LoopConfig(output_dir=str(tmp_path / "one"), max_steps=steps, batch_size=4, save_checkpoints=False,
+                         **LOOP)  # fmt: skip
+        reference = run_sft(
+            *load_model({"path": str(checkpoint)}), states, [], SFTConfig(loop=one, prompt=PROMPT)
+        )
+        reference = reference.history
+    launched = _launched_sft(tmp_path, launch, checkpoint, states, "packed", max_steps=steps, batch_size=2,
+                             resume=False, save_checkpoints=False)  # fmt: skip
+    assert launched.step == steps
+    assert _losses(launched.history) == pytest.approx(_losses(reference), rel=TOLERANCE)
+    for key in ("train/label_tokens", "train/grad_norm"):
+        assert [r[key] for r in launched.history] == pytest.approx([r[key] for r in reference], rel=TOLERANCE)
+    if launch == "cpu_2proc":
+        assert (tmp_path / launch / "final" / "adapter").is_dir()  # trained as LoRA
 
 
 def test_fsdp2_generation_of_different_lengths_on_the_two_processes(

@@ -64,6 +64,20 @@ def test_every_decoding_stage_has_room_for_a_thought():
     assert params["live"]["n_envs"] > 1
 
 
+def test_production_judges_read_free_text_answers_and_live_may_leave_the_start_site():
+    from rmsweb_kedro.agents.factory import JudgeSpecConfig
+    from rmsweb_kedro.web.browser import BrowserConfig
+
+    params = parameters(CONF, "production")
+    judges = [
+        params["collect"]["judge"],
+        params["mining"]["online"]["judge"],
+        params["evaluate"]["online"]["judge"],
+    ]
+    assert {JudgeSpecConfig.model_validate(j).reference_answer for j in judges} == {"llm"}
+    assert BrowserConfig.model_validate(params["live"]["browser"]).allowed_domains == ["*"]
+
+
 def test_resume_continues_only_the_same_data_and_job(tmp_path, tiny_checkpoint, tiny_states):
     from rmsweb_kedro.modeling import load_model
     from rmsweb_kedro.training.loop import train_loop

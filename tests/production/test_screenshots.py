@@ -140,9 +140,10 @@ def test_evaluate_online_shows_the_page_screenshot_to_the_model(released_checkpo
                 "runs": 1,
                 "max_steps": 1,
                 "held_out_sites": [],
+                "keep_screenshots": False,
             },
         }
-        (episode,) = run_online(tasks_to_frame([task]), model, params, name).to_dicts()
+        (episode,) = run_online(tasks_to_frame([task]), model, params, name)[0].to_dicts()
         assert episode["n_steps"] == 1, episode
         prompt_tokens[name] = episode["prompt_tokens"]
     assert prompt_tokens["screenshot"] - prompt_tokens["tree"] == 1000 + 2

@@ -153,6 +153,12 @@ def short_run(policy, tmp_path, name: str, sampler_config: SamplerConfig):
     return result
 
 
+def group_records(output_dir: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (output_dir / "groups.jsonl").read_text().splitlines()]
+
+
 def test_a_short_run_matches_the_in_process_sampler(policy, sampler, tmp_path):
     attached = SamplerConfig(kind="served", server=ServerConfig(base_url=sampler.server.base_url))
     served = short_run(policy, tmp_path, "served", attached)
@@ -162,9 +168,10 @@ def test_a_short_run_matches_the_in_process_sampler(policy, sampler, tmp_path):
     assert losses == pytest.approx(
         [row["train/loss"] for row in local.history if "train/loss" in row], abs=1e-3
     )
-    # every step's groups were sampled by the adapter of the weights that step started from
-    assert [g["policy_version"] for g in served.group_log] == [1, 1, 2, 2, 3, 3]
-    assert [g["state_id"] for g in served.group_log] == [g["state_id"] for g in local.group_log]
+    # every step's groups were sampled by the adapter of the weights that step started from (groups.jsonl)
+    served_groups, local_groups = (group_records(tmp_path / name) for name in ("served", "hf"))
+    assert [g["policy_version"] for g in served_groups] == [1, 1, 2, 2, 3, 3]
+    assert [g["state_id"] for g in served_groups] == [g["state_id"] for g in local_groups]
     assert all(row["train/reload_seconds"] > 0 for row in served.history if "train/loss" in row)
 
 

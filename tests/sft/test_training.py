@@ -106,3 +106,47 @@ def test_two_process_accelerate_launch_trains_a_step(tmp_path, tiny_checkpoint, 
     history = [json.loads(line) for line in open(tmp_path / "run" / "history.jsonl")]
     assert [row["step"] for row in history] == [1] and "eval/loss" in history[0]
     load_model({"path": str(tmp_path / "run" / "final")})
+
+
+def test_a_launched_entry_point_loads_every_base_checkpoint_field(tmp_path, tiny_checkpoint):
+    """What the node's ``base_checkpoint`` says reaches the launched processes: the attention implementation, the
+    dtype and the LoRA adapter (saved with the base by the node; its settings kept, trainable), not only the path."""
+    from rmsweb_kedro.modeling import LoadConfig
+    from rmsweb_kedro.training.launch import job_checkpoint, load_job_model
+
+    spec = LoadConfig(path=str(tiny_checkpoint), dtype="bfloat16", attn_implementation="eager", lora={"r": 4})
+    base, processor = load_model(spec)
+    save_checkpoint(base, processor, tmp_path / "base")  # as the node does before launching
+    job = {"model_dir": str(tmp_path / "base"), "checkpoint": job_checkpoint(tmp_path / "base", spec)}
+    model, _ = load_job_model(job)
+    assert model.config._attn_implementation == "eager"
+    assert model.get_base_model().model.language_model.embed_tokens.weight.dtype == torch.bfloat16
+    assert model.peft_config["default"].r == 4
+    assert any(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+    # without a checkpoint spec (the tiny default): the path alone, float32 master weights to train
+    plain, _ = load_job_model({"model_dir": str(tiny_checkpoint)})
+    assert plain.config._attn_implementation == "sdpa" and plain.dtype == torch.float32
+
+
+def test_the_same_short_sft_twice_saves_the_same_checkpoint_bytes(tmp_path, tiny_checkpoint, tiny_states):
+    """The default run's reproducibility on one machine (README, "What the default run gives"): the same data,
+    seeds and settings (bf16 autocast, reply weight and observation loss as in conf/base) give a checkpoint with
+    the same content hash twice, the hash the run manifest records."""
+    from rmsweb_kedro.provenance import directory_sha256
+
+    hashes = []
+    for attempt in ("a", "b", "untrained"):
+        model, processor = load_model({"path": str(tiny_checkpoint)})  # fresh weights each time
+        config = SFTConfig(
+            loop={"output_dir": str(tmp_path / attempt / "run"), "batch_size": 4, "warmup_steps": 1,
+                  "max_steps": 0 if attempt == "untrained" else 3, "eval_every": 0, "save_every": 0,
+                  "mixed_precision": "bf16", "seed": 0, "progress": False},
+            loss_on="all",
+            reply_weight=4.0,
+        )  # fmt: skip
+        if config.loop.max_steps:
+            model = run_sft(model, processor, tiny_states[:24], [], config).model
+        save_checkpoint(model, processor, tmp_path / attempt / "saved")
+        hashes.append(directory_sha256(tmp_path / attempt / "saved")[0])
+    assert hashes[0] == hashes[1]
+    assert hashes[2] != hashes[0]  # the hash sees the weights: three steps changed them

@@ -32,8 +32,16 @@ class Stopper:
 def test_every_verdict_row_has_a_judge_spec_and_the_manifest_lists_it(sandbox_task_list, tmp_path):
     if not chromium_available():
         pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
-    params = {"online": {"max_tasks": 2, "max_held_out_tasks": 1, "runs": 1, "max_steps": 3}}
-    episodes = nodes.run_online(tasks_to_frame(sandbox_task_list), Stopper(), params, model_name="stopper")
+    params = {
+        "online": {
+            "max_tasks": 2,
+            "max_held_out_tasks": 1,
+            "runs": 1,
+            "max_steps": 3,
+            "keep_screenshots": False,
+        }
+    }
+    episodes, _ = nodes.run_online(tasks_to_frame(sandbox_task_list), Stopper(), params, model_name="stopper")
     judged = episodes.filter(pl.col("success").is_not_null())
     assert judged.height == 3
     specs = [JudgedBy.model_validate_json(spec) for spec in judged["judged_by"]]

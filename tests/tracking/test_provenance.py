@@ -14,6 +14,7 @@ from rmsweb_kedro.provenance import (
     checkpoint_record,
     directory_sha256,
     git_state,
+    hardware,
     manifest_markdown,
     mask_secrets,
     read_parquet_manifest,
@@ -55,6 +56,41 @@ def test_seeds_every_integer_seed_by_path():
     params = {"collect": {"seed": 1, "teacher": {"kind": "scripted"}}, "sft": {"tiny": {"seed": 2},
               "augmentation": {"seed": 0}}, "mining": {"use_seed": True}}  # fmt: skip
     assert seeds(params) == {"collect.seed": 1, "sft.tiny.seed": 2, "sft.augmentation.seed": 0}
+
+
+def test_seeds_only_of_the_parameters_the_pipelines_read():
+    """A default run lists its stages' seeds, not the ablations' (which read ``params:ablations...``)."""
+    params = {"sft": {"tiny": {"seed": 2}, "training": {"loop": {"seed": 0}}}, "evaluate": {"seed": 0,
+              "online": {"sandbox_seed": 0}}, "ablations": {"modes": {"seed": 5}}, "sandbox": {"seed": 1}}  # fmt: skip
+    read = ["params:sft.training", "params:evaluate.online", "sft_states_train", "params:sandbox"]
+    assert seeds(params, read=read) == {
+        "sft.training.loop.seed": 0,
+        "evaluate.online.sandbox_seed": 0,
+        "sandbox.seed": 1,
+    }
+    assert seeds(params, read=["parameters"]) == seeds(params)  # a node reading every parameter
+    manifest = start_manifest(Path("/"), params, "kedro run", ["sft"], read_parameters={"params:sft"})
+    assert manifest.seeds == {"sft.tiny.seed": 2, "sft.training.loop.seed": 0}
+
+
+def test_hardware_names_the_cpu_its_instruction_sets_and_torchs_kernels():
+    import torch
+
+    info = hardware()
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    flags = next(line for line in cpuinfo.splitlines() if line.startswith("flags")).split(":")[1].split()
+    assert info["cpu_flags"] and set(info["cpu_flags"]) <= set(flags)
+    assert ("avx2" in info["cpu_flags"]) == ("avx2" in flags)
+    model = next(line for line in cpuinfo.splitlines() if line.startswith("model name")).split(":")[1].strip()
+    assert info["cpu_model"].startswith(model)
+    assert info["torch_threads"] == torch.get_num_threads()
+    assert info["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    manifest = start_manifest(Path("/"), {}, "kedro run", ["sft"])
+    # the browser that renders the observations: Debian's chromium here (the tests' browser)
+    version = subprocess.run(["/usr/bin/chromium", "--version"], capture_output=True, text=True).stdout
+    assert manifest.packages["chromium"] in version and manifest.packages["chromium"].count(".") == 3
+    markdown = manifest_markdown(manifest)
+    assert model in markdown and f"{info['torch_threads']} threads" in markdown and "avx2" in markdown
 
 
 def test_secrets_are_masked_at_any_depth_and_nothing_else():

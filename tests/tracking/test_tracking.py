@@ -109,7 +109,9 @@ def test_params_tags_and_manifest(tracked):
     assert manifest["pipelines"] == ["trajectories", "sft"]
     assert manifest["seeds"]["sft.training.loop.seed"] == 0 and manifest["packages"]["torch"].startswith("2.")
     assert tags["version/mlflow"] == manifest["packages"]["mlflow"]
-    assert manifest["hardware"]["cpus"] >= 1
+    assert manifest["hardware"]["cpus"] >= 1 and manifest["hardware"]["torch_threads"] >= 1
+    # the seeds of the two pipelines that ran, not collect's, evaluate's or the ablations'
+    assert manifest["seeds"] and all(k.startswith(("sft.", "trajectories.")) for k in manifest["seeds"])
     # Every checkpoint the run wrote: its path and the hash of what is on disk, also as a tag of the run.
     assert set(manifest["checkpoints"]) == {"base_model", "sft_model"}
     for name, record in manifest["checkpoints"].items():

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
+import polars as pl
 import pytest
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.collection import CollectParams, collection_log, summarize
 from rmsweb_kedro.episodes import run_episode
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.evaluation import EPISODE_SCHEMA, success_summary
+from rmsweb_kedro.schema import Task, trajectory_row
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, block_kind, registrable_domain
 from tests.fixtures_web import chromium_available
 
@@ -108,13 +112,29 @@ def sites() -> Iterator[Sites]:
     served.server.server_close()
 
 
+class OnItsThread:
+    """A BrowserEnv whose every call runs on the one thread that owns it: Playwright's sync API belongs to the thread
+    that started it, and the suite's shared env (tests/fixtures_web.py) may hold the main thread's."""
+
+    def __init__(self, env: BrowserEnv, pool: ThreadPoolExecutor):
+        self._env, self._pool = env, pool
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._env, name)
+        if not callable(value):
+            return value
+        return lambda *args, **kwargs: self._pool.submit(value, *args, **kwargs).result()
+
+
 @pytest.fixture(scope="module")
-def env(sites: Sites) -> Iterator[BrowserEnv]:
+def env(sites: Sites) -> Iterator[OnItsThread]:
     if not chromium_available():
         pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
     config = BrowserConfig(host_resolver_rules=sites.rules, blocked_hosts=["tracker.test"], screenshots=False)
-    with BrowserEnv(config) as browser:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        browser = OnItsThread(BrowserEnv(config), pool)
         yield browser
+        browser.close()
 
 
 def task(path: str = "/", source: str = "user") -> Task:
@@ -220,3 +240,7 @@ def test_refusing_pages_end_the_episode_blocked_not_failed(env):
     # Counted apart in the collection statistics, never as the agent's failures.
     stats = summarize(collection_log(runs), CollectParams(modes=["single"]))["modes"]["single"]
     assert (stats["blocked"], stats["attempts"], stats["yield"], stats["env_errors"]) == (4, 4, None, 0)
+    # and in evaluate's and live's success summary: not judged, no success rate
+    episodes = pl.DataFrame([trajectory_row(run) | {"run": 0} for run in runs], schema=EPISODE_SCHEMA)
+    summary = success_summary(episodes, 0.95)
+    assert (summary["blocked"], summary["env_errors"], summary["success_rate"]) == (4, 4, None)

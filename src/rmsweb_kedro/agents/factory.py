@@ -82,6 +82,9 @@ class JudgeSpecConfig(BaseModel):
     official_prompts: str | None = "data/01_raw/benchmarks"  # where `tasks.benchmarks download` put prompts/
     max_tokens: int | None = Field(default=None, gt=0)  # None: the protocol's own reply budget
     rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
+    #: reference_answer tasks: ``exact`` (GAIA's exact match, no model) or ``llm`` (the endpoint's model reads the
+    #: final answer against the reference: answers in other words, as task files and the proposer give them)
+    reference_answer: Literal["exact", "llm"] = "exact"
 
 
 def _endpoint(spec: Any, role: str, credentials: Credentials | None) -> ChatEndpoint:
@@ -137,8 +140,10 @@ def build_judge(
             raise ValueError("judge kind 'sandbox_checker' needs the sandbox server's session_state")
         return SandboxJudge(session_state)
     if spec.kind == "reference_answer":
-        from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
+        from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge, LLMAnswerJudge
 
+        if spec.reference_answer == "llm":
+            return LLMAnswerJudge(endpoint or _endpoint(spec, "judge", credentials))
         return ExactAnswerJudge()
     from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
 

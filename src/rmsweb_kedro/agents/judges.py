@@ -13,6 +13,9 @@ Which judge (:func:`judge_kind`), given the stage's configured judge (``judge:``
   rubric, the reference-answer judge when it carries a definite answer, otherwise the configured LLM judge
   (WebJudge when the configuration names the sandbox checker, which cannot judge it).
 
+A reference answer is matched exactly (GAIA's protocol) unless the configuration says ``reference_answer: llm``:
+then the endpoint's model reads the final answer against it (``answer_judge.LLMAnswerJudge``).
+
 The sandbox checker judges sandbox tasks only. An LLM judge whose endpoint still fails after its retries (or, for the
 rubric judge, whose replies stay unusable) marks its verdict ``details["judge_error"]``; ``episodes.run_episode``
 records such an attempt as ``termination="judge_error"`` with no verdict: counted apart, never the agent's failure.
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rmsweb_kedro.agents.base import Judge
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials
+from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials, EndpointConfig
 from rmsweb_kedro.agents.factory import JudgeSpecConfig, build_judge
 from rmsweb_kedro.schema import Step, Task, Usage, Verdict
 
@@ -83,11 +86,8 @@ class JudgeByKind:
                     "sandbox_seed, or configure an LLM judge (judge.kind webjudge with an endpoint)"
                 )
             endpoint = self.endpoints.get(kind, self.endpoint)
-            if (
-                kind not in ("sandbox_checker", "reference_answer")
-                and endpoint is None
-                and not self.spec.endpoint
-            ):
+            exact = kind == "reference_answer" and self.spec.reference_answer == "exact"
+            if kind != "sandbox_checker" and not exact and endpoint is None and not self.spec.endpoint:
                 raise ValueError(
                     f"task {task.id!r} (judge kind {task.judge.kind!r}) is judged by the LLM judge {kind!r}, but "
                     "the stage's judge has no endpoint: set judge.endpoint {base_url, model, credentials}"
@@ -109,9 +109,9 @@ class JudgeByKind:
 
 
 def _judges_for(
-    spec: JudgeSpecConfig, credentials: Credentials | None, endpoints: dict[str, Any] | None, server: Any
+    spec: JudgeSpecConfig, credentials: Credentials | None, endpoints: dict[str, EndpointConfig], server: Any
 ) -> JudgeByKind:
-    endpoint_for = {kind: ChatEndpoint(config, credentials) for kind, config in (endpoints or {}).items()}
+    endpoint_for = {kind: ChatEndpoint(config, credentials) for kind, config in endpoints.items()}
     session_state = server.session_state if server is not None else None
     return JudgeByKind(spec, session_state, credentials, endpoints=endpoint_for)
 
@@ -124,4 +124,5 @@ def judge_factory(
     """``Roles.judge``: ``make(server) -> JudgeByKind`` (``server``: the sandbox server of the browser, or None),
     built where the browser runs (a thread or a Ray actor, so it pickles). ``endpoints``: an
     :class:`~rmsweb_kedro.agents.endpoint.EndpointConfig` per judge kind that needs its own model."""
-    return functools.partial(_judges_for, JudgeSpecConfig.model_validate(spec), credentials, endpoints)
+    per_kind = {kind: EndpointConfig.model_validate(config) for kind, config in (endpoints or {}).items()}
+    return functools.partial(_judges_for, JudgeSpecConfig.model_validate(spec), credentials, per_kind)

@@ -63,6 +63,32 @@ def run_launched(name: str, accelerate_dir: str | Path, module: str, job: dict[s
     return LoopResult(model, summary["step"], history, summary["resumed_from"], summary["stopped_early"])
 
 
+def job_checkpoint(model_dir: str | Path, base_checkpoint: Any = None) -> dict[str, Any]:
+    """The load config a launched entry point loads ``model_dir`` (the node's saved copy of the policy) with: every
+    field of the node's ``base_checkpoint`` (``modeling.LoadConfig``: ``attn_implementation``, ``dtype``, ...) but
+    ``path``, which becomes ``model_dir``; ``lora``, whose adapter the saved copy holds already (with its settings,
+    trainable: ``modeling.load_model``); and ``device``, which is each process's own accelerator."""
+    from rmsweb_kedro.modeling import LoadConfig
+
+    spec = LoadConfig.model_validate(base_checkpoint or {"path": str(model_dir)})
+    return spec.model_copy(update={"path": str(model_dir), "lora": None, "device": "auto"}).model_dump(
+        mode="json"
+    )
+
+
+def load_job_model(job: dict[str, Any]):
+    """``(model, processor)`` of a job: its ``checkpoint`` load config (:func:`job_checkpoint`), or ``model_dir``
+    alone. ``dtype: auto`` trains in ``modeling.training_dtype`` (float32 master weights for full weights, bf16
+    compute through ``mixed_precision``; the frozen base of a LoRA policy in the device's dtype); an explicit dtype is
+    used as given, as in one process."""
+    from rmsweb_kedro.modeling import LoadConfig, load_model, training_dtype
+
+    spec = LoadConfig.model_validate(job.get("checkpoint") or {"path": job["model_dir"]})
+    if spec.dtype == "auto":
+        spec = spec.model_copy(update={"dtype": training_dtype(spec.path)})
+    return load_model(spec)
+
+
 def read_job(description: str) -> dict[str, Any]:
     """The job of an entry point's ``--job JOB.json`` argument."""
     parser = argparse.ArgumentParser(description=description)

@@ -97,7 +97,7 @@ from typing import Literal, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.actions import Action, matches_any, normalized_argument, same_target
+from rmsweb_kedro.actions import Action, format_action, matches_any, normalized_argument, same_target
 from rmsweb_kedro.agents.base import PolicySample
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.serving import ServerConfig, ServerError, VLLMServer
@@ -105,6 +105,9 @@ from rmsweb_kedro.training.loop import LoopConfig
 
 Mode = Literal["grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor"]
 RejectReason = Literal["no_contrast", "too_easy", "too_hard"]
+#: The file under the loop's output_dir holding every sampled group (batch, round, state, samples, rewards, the gate's
+#: decision: accepted, anchored, rejected or surplus, and its reason), one JSON a line: the viewer reads it.
+GROUP_LOG = "groups.jsonl"
 REJECT_REASONS: tuple[RejectReason, ...] = ("no_contrast", "too_easy", "too_hard")
 
 
@@ -757,9 +760,13 @@ class SalvageDSStep:
         reference_model=None,
         updates_per_batch: int = 1,
         pool: list[PreparedState] | None = None,
+        group_log: str | Path | None = None,
         sampler: GroupSampler | None = None,
     ):
         self.p = p
+        #: every sampled group's record (JSON lines: the viewer's Salvage-DS tab, docs/viewer.md), appended
+        self.group_log = Path(group_log) if group_log is not None else None
+        self.batches = 0  # sampled batches so far (batch k feeds updates k*mu .. k*mu + mu - 1)
         self.processor = processor
         self.prompt_config = prompt_config
         self.pad_id = processor.tokenizer.pad_token_id
@@ -769,14 +776,24 @@ class SalvageDSStep:
         self.pool = pool or []
         self.sampled_actions = 0  # spent so far in the run (sampled_action_budget)
         self.sampler = sampler or HFSampler(processor, prompt_config, p)
-        #: one record a sampled group: state, generation round, the policy version that sampled it (the sampler's)
-        self.group_log: list[dict] = []
 
     def state_dict(self) -> dict:
-        return {"sampled_actions": self.sampled_actions}
+        return {"sampled_actions": self.sampled_actions, "batches": self.batches}
 
     def load_state_dict(self, state: dict) -> None:
         self.sampled_actions = int(state["sampled_actions"])
+        self.batches = int(state.get("batches", 0))  # absent in checkpoints written before the group log
+
+    def _log_groups(self, records: list[dict]) -> None:
+        """Append this batch's group records (each process its own, with its rank) to ``group_log``."""
+        if self.group_log is None or not records:
+            return
+        import json
+
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        self.group_log.parent.mkdir(parents=True, exist_ok=True)
+        with self.group_log.open("a", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(r | {"rank": rank}) + "\n" for r in records)
 
     def _budget_left(self) -> bool:
         budget = self.p.sampled_action_budget
@@ -797,6 +814,7 @@ class SalvageDSStep:
         n_accepted_groups, sampled_groups, discarded, rounds = 0, 0, 0, 0
         rejections = dict.fromkeys(REJECT_REASONS, 0)
         rewards_all, right_all, parsed_all = [], [], []
+        records: list[dict] = []
         sharded = _sharded(policy)
         reload_before, started = self.sampler.reload_seconds, time.perf_counter()
         while self._budget_left():
@@ -805,9 +823,6 @@ class SalvageDSStep:
             self.sampled_actions += sum(len(g) for g in groups)
             for state, samples in zip(states, groups, strict=True):
                 sampled_groups += 1
-                self.group_log.append(
-                    {"state_id": state.state_id, "round": rounds, "policy_version": self.sampler.version}
-                )
                 rewards = [reward(s.action, state.references, p) for s in samples]
                 right = [matches_any(s.action, state.references) for s in samples]
                 rewards_all += rewards
@@ -820,7 +835,22 @@ class SalvageDSStep:
                 if reason is not None:
                     rejections[reason] += 1
                 usable = reason is None or p.anchor_weight > 0
-                if not usable or n_accepted_groups + len(anchored) >= wanted:  # dropped, or surplus
+                surplus = usable and n_accepted_groups + len(anchored) >= wanted
+                decision = (
+                    "rejected"
+                    if not usable
+                    else "surplus"
+                    if surplus
+                    else "accepted"
+                    if reason is None
+                    else "anchored"
+                )
+                records.append({"batch": self.batches, "round": rounds, "state_id": state.state_id,
+                                "policy_version": self.sampler.version,  # the weights that sampled it
+                                 "samples": [format_action(s.action) if s.action else f"<invalid: {s.error}>" for s in samples],
+                                 "rewards": rewards, "decision": decision,
+                                 "reason": reason})  # fmt: skip
+                if not usable or surplus:  # dropped, or surplus
                     discarded += 1
                 elif reason is None:
                     n_accepted_groups += 1
@@ -840,6 +870,8 @@ class SalvageDSStep:
         reload_seconds = self.sampler.reload_seconds - reload_before
         sampling_seconds = time.perf_counter() - started - reload_seconds
 
+        self._log_groups(records)
+        self.batches += 1
         # One forward for both terms; with nothing to train, one reference row keeps every process's
         # forward/backward in step (DDP) and contributes exactly zero.
         n_acc = len(accepted)
@@ -1040,16 +1072,21 @@ def train_salvage_ds(
     """Salvage-DS on ``train_states`` (STATE_SCHEMA rows) with the shared loop (``loop_config.batch_size`` states
     a sampled batch, ``loop_config.updates_per_batch`` updates on each); ``eval_fn(model) -> metrics`` (e.g.
     :func:`competence_eval_fn`) runs at each evaluation; ``sampler`` says what samples the groups (default:
-    ``hf``). Returns the ``LoopResult``; its ``group_log`` attribute lists every sampled group with the policy
+    ``hf``). Returns the ``LoopResult``; ``output_dir/groups.jsonl`` records every sampled group, with the policy
     version that sampled it."""
     import copy
 
-    from rmsweb_kedro.training.loop import make_accelerator, train_loop
+    from rmsweb_kedro.training.loop import _checkpoints, make_accelerator, train_loop
 
     prepared = prepare_states(train_states, processor, prompt_config)
     # with LoRA the reference is the policy with its adapter disabled; a full-weight policy needs a frozen copy
     full_weights = not hasattr(model, "disable_adapter")
     reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 and full_weights else None
+    group_log = Path(loop_config.output_dir) / GROUP_LOG
+    if not (
+        loop_config.resume and _checkpoints(Path(loop_config.output_dir))
+    ):  # a fresh run: its records only
+        group_log.unlink(missing_ok=True)
     accelerator = accelerator or make_accelerator(loop_config)
     sampler = sampler or SamplerConfig()
     if sampler.kind == "served" and accelerator.num_processes > 1:
@@ -1067,6 +1104,7 @@ def train_salvage_ds(
         reference,
         loop_config.updates_per_batch,
         pool=prepared,
+        group_log=group_log,
         sampler=group_sampler,
     )
     accelerator.register_for_checkpointing(step)  # the sampled actions spent (sampled_action_budget)
@@ -1083,7 +1121,6 @@ def train_salvage_ds(
         )
     finally:
         group_sampler.close()  # a managed server stops, its log kept
-    result.group_log = step.group_log
     return result
 
 

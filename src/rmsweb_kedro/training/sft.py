@@ -9,11 +9,26 @@ batch carries ``pixel_values``, ``image_grid_thw`` and ``mm_token_type_ids`` and
 image. The loss follows the shared loop's normalisation contract (``training/loop.py``): a token mean over the whole
 optimizer step.
 
+Two batchings of the same micro-batch (``batching``), the same samples, labels and loss normalisation:
+
+- ``padded``: rows padded to the longest (the tokenizer's side); the model computes the padding too and the loss
+  takes fp32 logits at every position (masked by ``labels``);
+- ``packed``: the micro-batch's samples concatenated into one row without padding. Each sample keeps its own
+  positions: the text position restarts at 0 per sample and the 3-D multimodal rope positions are Qwen3-VL's own
+  (``get_rope_index`` on the padded batch, padding dropped), the images stay in sample order with their
+  ``image_grid_thw``; attention stays within a sample (``flash_attention_2``: varlen from the positions; ``sdpa``:
+  ``modeling.packed_attention``, the samples as rows of one causal call; ``eager``: transformers' block-diagonal
+  mask). The LM head runs
+  only at positions whose next token is supervised (``logits_to_keep``), so no logits are built for prompts or
+  padding.
+
 Entry point for several processes (the ``sft`` node starts it when ``launch`` is configured)::
 
     accelerate launch --config_file conf/base/accelerate/ddp.yaml -m rmsweb_kedro.training.sft --job JOB.json
 
-``JOB.json``: ``{"model_dir", "train_path", "val_path", "output_dir", "config": SFTConfig}``; the trained model is
+``JOB.json``: ``{"model_dir", "checkpoint", "train_path", "val_path", "output_dir", "config": SFTConfig}``
+(``checkpoint``: the node's ``base_checkpoint`` load config for ``model_dir``, ``training.launch.job_checkpoint``;
+optional); the trained model is
 saved to ``<output_dir>/final`` and the metrics history to ``<output_dir>/history.jsonl`` (``training.launch``,
 the design Salvage-DS shares).
 """
@@ -21,6 +36,7 @@ the design Salvage-DS shares).
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -43,6 +59,8 @@ class SFTConfig(BaseModel):
     #: With ``loss_on="all"``: each reply token's weight in the loss, an observation token's being 1 (the loss is
     #: the weighted token mean, so the reply's share of the gradient grows without changing what is learned from).
     reply_weight: float = Field(1.0, gt=0)
+    #: ``padded`` or ``packed`` micro-batches (module docstring); the loss and its normalisation are the same.
+    batching: Literal["padded", "packed"] = "padded"
     #: None: train in this process. A name: ``accelerate launch --config_file <accelerate_dir>/<name>.yaml``.
     launch: str | None = None
     accelerate_dir: str = "conf/base/accelerate"
@@ -109,15 +127,22 @@ def assistant_token_mask(processor, messages: list[dict[str, Any]], input_ids: l
 
 class SFTCollator:
     """STATE rows -> a padded batch with ``labels`` (-100 where no loss is taken), the image inputs when the prompt
-    shows screenshots, and ``loss_tokens`` (the loop's normalisation contract)."""
+    shows screenshots, and ``loss_tokens`` (the loop's normalisation contract); with ``rope_index`` (the model's
+    ``modeling.rope_index``) the same samples packed into one row instead (:func:`pack_batch`)."""
 
     def __init__(
-        self, processor, prompt: PromptConfig, loss_on: str = "assistant", reply_weight: float = 1.0
+        self,
+        processor,
+        prompt: PromptConfig,
+        loss_on: str = "assistant",
+        reply_weight: float = 1.0,
+        rope_index=None,
     ):
         self.processor = processor
         self.prompt = prompt
         self.loss_on = loss_on
         self.reply_weight = reply_weight
+        self.rope_index = rope_index
 
     def __call__(self, states: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
@@ -158,34 +183,84 @@ class SFTCollator:
         batch["labels"] = labels
         if weighted:
             batch["label_weights"] = weights
+        if self.rope_index is not None:
+            return pack_batch(batch, self.rope_index)
+        if weighted:
             batch["loss_tokens"] = {"label": float(weights[:, 1:].sum())}
         else:
             batch["loss_tokens"] = {"label": int((labels[:, 1:] != IGNORE_INDEX).sum())}
         return batch
 
 
+def pack_batch(batch: dict[str, Any], rope_index) -> dict[str, Any]:
+    """A padded SFT batch as one packed row: its real tokens concatenated in sample order, ``position_ids`` of
+    shape (4, 1, tokens) (row 0 the text position, restarting at 0 per sample, which also marks where samples start;
+    rows 1-3 the multimodal rope positions ``rope_index`` gives the padded batch), the image inputs as they are (in
+    sample order already), ``logits_to_keep`` (1, tokens): True where the next token of the same sample is
+    supervised, and ``labels`` (and ``label_weights``) flat, one per kept position. ``loss_tokens`` counts the
+    supervised tokens but each sample's first (never predicted), as the padded batch does, except that a left-padded
+    batch under ``loss_on="all"`` also counts a shorter row's first token, predicted from padding."""
+    import torch
+
+    real = batch["attention_mask"].bool()
+    ids = batch["input_ids"]
+    modality = batch.get("mm_token_type_ids")
+    if modality is None:  # a text-only batch: every token is text
+        modality = torch.zeros_like(ids)
+    rope, _ = rope_index(
+        input_ids=ids,
+        mm_token_type_ids=modality,
+        image_grid_thw=batch.get("image_grid_thw"),
+        attention_mask=batch["attention_mask"],
+    )
+    lengths = real.sum(dim=1).tolist()
+    text = torch.cat([torch.arange(n) for n in lengths])
+    labels = batch["labels"].masked_fill(real.cumsum(dim=1) == 1, IGNORE_INDEX)[real]  # first tokens: no loss
+    keep = torch.zeros_like(labels, dtype=torch.bool)
+    keep[:-1] = labels[1:] != IGNORE_INDEX  # a sample's first token is -100: no target across samples
+    packed = {
+        "input_ids": ids[real][None],
+        "position_ids": torch.cat([text[None], rope[:, real]])[:, None],
+        "mm_token_type_ids": modality[real][None],
+        "logits_to_keep": keep[None],
+        "labels": labels[1:][keep[:-1]],
+        "use_cache": False,  # a cache would hide the samples' boundaries from transformers' packed masks
+    }
+    packed |= {k: batch[k] for k in ("pixel_values", "image_grid_thw") if k in batch}
+    if "label_weights" in batch:
+        weights = batch["label_weights"][real][1:][keep[:-1]]
+        packed["label_weights"] = weights
+        packed["loss_tokens"] = {"label": float(weights.sum())}
+    else:
+        packed["loss_tokens"] = {"label": int(keep.sum())}
+    return packed
+
+
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     """The forward arguments of a batch: its tensors but the labels and their weights (ids, masks, image inputs)."""
     import torch
 
-    return {
+    inputs = {
         k: v for k, v in batch.items() if k not in ("labels", "label_weights") and isinstance(v, torch.Tensor)
     }
+    return inputs | ({"use_cache": batch["use_cache"]} if "use_cache" in batch else {})
 
 
 def sft_loss(model, batch: dict[str, Any]):
     """This micro-batch's share of the step's next-token cross-entropy: the sum over its labelled tokens (each
     times its ``label_weights`` entry where the batch has them) divided by the step's labelled tokens (their weights'
-    sum), ``batch["step_tokens"]["label"]``, the loop's contract."""
+    sum), ``batch["step_tokens"]["label"]``, the loop's contract. A packed batch (:func:`pack_batch`) has logits
+    only at its supervised positions, one per label."""
     import torch.nn.functional as F
 
-    logits = model(**model_inputs(batch)).logits[:, :-1]
-    labels = batch["labels"][:, 1:]
-    per_token = F.cross_entropy(
-        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
-    )
-    if "label_weights" in batch:
-        per_token = per_token * batch["label_weights"][:, 1:].flatten()
+    logits = model(**model_inputs(batch)).logits
+    labels, weights = batch["labels"], batch.get("label_weights")
+    if "logits_to_keep" not in batch:  # padded: position t predicts token t + 1
+        logits, labels = logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten()
+        weights = None if weights is None else weights[:, 1:].flatten()
+    per_token = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="none")
+    if weights is not None:
+        per_token = per_token * weights
     return per_token.sum() / batch["step_tokens"]["label"], {}
 
 
@@ -193,21 +268,26 @@ def run_sft(
     model, processor, train_states: list[dict], val_states: list[dict], config: SFTConfig, eval_fn=None
 ) -> LoopResult:
     """Train ``model`` on ``train_states`` in this process (or in each process under ``accelerate launch``)."""
-    collate = SFTCollator(processor, config.prompt, config.loss_on, config.reply_weight)
-    return train_loop(
-        model, train_states, collate, sft_loss, config.loop, eval_samples=val_states, eval_fn=eval_fn
+    from rmsweb_kedro.modeling import packed_attention, rope_index
+
+    packed = config.batching == "packed"
+    collate = SFTCollator(
+        processor, config.prompt, config.loss_on, config.reply_weight, rope_index(model) if packed else None
     )
+    with packed_attention(model) if packed else nullcontext():
+        return train_loop(
+            model, train_states, collate, sft_loss, config.loop, eval_samples=val_states, eval_fn=eval_fn
+        )
 
 
 def _main() -> None:
     import polars as pl
 
-    from rmsweb_kedro.modeling import load_model, training_dtype
-    from rmsweb_kedro.training.launch import read_job, save_launched
+    from rmsweb_kedro.training.launch import load_job_model, read_job, save_launched
 
     job = read_job("SFT under accelerate launch (see module docstring)")
     config = SFTConfig.model_validate(job["config"])
-    model, processor = load_model({"path": job["model_dir"], "dtype": training_dtype(job["model_dir"])})
+    model, processor = load_job_model(job)
     train_states = pl.read_parquet(job["train_path"]).to_dicts()
     val_states = pl.read_parquet(job["val_path"]).to_dicts() if job.get("val_path") else []
     save_launched(run_sft(model, processor, train_states, val_states, config), processor, job["output_dir"])

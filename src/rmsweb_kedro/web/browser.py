@@ -670,6 +670,7 @@ class BrowserEnv:
             screenshot=screenshot,
             tabs=tabs,
             blocked=blocked,
+            scroll=tuple(snapshot.get("scroll", (0.0, 0.0))),
         )
 
     def _capture(self, path: Path) -> None:

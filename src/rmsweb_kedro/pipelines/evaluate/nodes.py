@@ -28,9 +28,9 @@ def run_online(
     params: dict[str, Any],
     model_name: str,
     rollouts: dict[str, Any] | None = None,
-) -> pl.DataFrame:
-    """``online_episodes_<model>``: one row per judged sandbox episode (:func:`~rmsweb_kedro.evaluation.run_online`,
-    on the ``params:rollouts`` backend)."""
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``online_episodes_<model>`` and ``online_steps_<model>``: one row per judged sandbox episode and one per
+    step of each (:func:`~rmsweb_kedro.evaluation.run_online`, on the ``params:rollouts`` backend)."""
     config = EvaluateParams.model_validate(params)
     return evaluation.run_online(tasks, model, config, model_name, rollouts)
 

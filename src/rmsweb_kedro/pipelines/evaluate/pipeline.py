@@ -14,7 +14,7 @@ MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
 
 def model_evaluation(models: dict[str, str]) -> Pipeline:
     """Offline step metrics and online success of each model (label -> checkpoint dataset) on ``sft_states_val``
-    and ``tasks``: ``offline_predictions``, ``online_episodes``, ``offline_metrics``,
+    and ``tasks``: ``offline_predictions``, ``online_episodes`` (and their steps, ``online_steps``), ``offline_metrics``,
     ``offline_by_step_kind``, ``online_breakdown`` and ``model_comparison`` (one row per label, in this order)."""
     per_model = []
     for label, dataset in models.items():
@@ -33,7 +33,7 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
                     "params": "params:evaluate",
                     "rollouts": "params:rollouts",
                 },
-                outputs=f"online_episodes_{label}",
+                outputs=[f"online_episodes_{label}", f"online_steps_{label}"],
                 name=f"run_online_{label}",
             ),
         ]
@@ -51,6 +51,12 @@ def model_evaluation(models: dict[str, str]) -> Pipeline:
                 inputs=[f"online_episodes_{label}" for label in models],
                 outputs="online_episodes",
                 name="gather_online_episodes",
+            ),
+            Node(
+                reporting.concat_tables,
+                inputs=[f"online_steps_{label}" for label in models],
+                outputs="online_steps",
+                name="gather_online_steps",
             ),
             Node(
                 evaluation.offline_metrics,

@@ -21,7 +21,13 @@ from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy,
 from rmsweb_kedro.live import protocol_label, run_live
 from rmsweb_kedro.reporting import with_counts
 from rmsweb_kedro.rollouts import CriticalPoints, Journal, Roles, fingerprint
-from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame, trajectory_row
+from rmsweb_kedro.schema import (
+    EPISODE_STEP_SCHEMA,
+    episode_step_rows,
+    tasks_from_frame,
+    tasks_to_frame,
+    trajectory_row,
+)
 from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema
 
 logger = logging.getLogger(__name__)
@@ -97,19 +103,20 @@ def run_live_tasks(
     policy: dict[str, Any],
     rollouts: dict[str, Any] | None = None,
     credentials: Credentials | None = None,
-) -> pl.DataFrame:
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The policy (a checkpoint dataset's value, acted as evaluate's ``policy`` settings say) on every live task,
     ``live.n_envs`` browsers on the ``rollouts`` backend, judged by each task's judge over the ``live.judge``
     endpoint; files under ``live.output_dir`` (trajectories.jsonl, screenshots, Online-Mind2Web's submission
     folder). One row per task: the ``online_episodes`` columns plus ``benchmark`` and the rubric ``score``
-    (WebTailBench). ``credentials``: Kedro's (``endpoint_credentials``), for the judge endpoint."""
+    (WebTailBench); and ``live_steps``, one row per step of each (screenshots relative to ``live.output_dir``).
+    ``credentials``: Kedro's (``endpoint_credentials``), for the judge endpoint."""
     live = LiveParams.model_validate(params)
     if live.judge is None:
         raise ValueError("live.judge: an OpenAI-compatible endpoint {base_url, model, credentials} is needed")
     tasks = tasks_from_frame(live_tasks)
     schema = pl.Schema({**EPISODE_SCHEMA, **LIVE_RESULT_SCHEMA_EXTRA})
     if not tasks:
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema=schema), pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
     acting = load_policy(model, EvaluateParams.model_validate({"policy": policy}), greedy=True)
     spec = JudgeSpecConfig(
         kind="webjudge",  # tasks without a judge of their own (the benchmarks' tasks all name one)
@@ -125,7 +132,7 @@ def run_live_tasks(
     decisive = live.model_dump(mode="json", include={"max_steps", "max_steps_by_benchmark", "judge",
                                                      "judge_models", "official_prompts", "rubric_threshold",
                                                      "model_label", "critical_points"})  # fmt: skip
-    rows = []
+    rows, steps = [], []
     for run in range(live.runs):
         out = Path(live.output_dir) / f"run_{run}" if live.runs > 1 else Path(live.output_dir)
         trajectories = run_live(
@@ -152,7 +159,9 @@ def run_live_tasks(
                    "judge_protocol": spec.protocol if spec else None,
                    "judge_prompt_source": spec.prompt_source if spec else None}
             )  # fmt: skip
-    return pl.DataFrame(rows, schema=schema)
+            prefix = f"{out.relative_to(live.output_dir).as_posix()}/screenshots/".removeprefix("./")
+            steps += episode_step_rows(trajectory, live.model_label, run, prefix)
+    return pl.DataFrame(rows, schema=schema), pl.DataFrame(steps, schema=EPISODE_STEP_SCHEMA)
 
 
 def summarize_live(results: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:

@@ -31,7 +31,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "rollouts": "params:rollouts",
                     "credentials": "endpoint_credentials",
                 },
-                outputs="live_results",
+                outputs=["live_results", "live_steps"],
                 name="run_live_tasks",
             ),
             Node(

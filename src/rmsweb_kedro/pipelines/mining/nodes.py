@@ -68,11 +68,11 @@ def probe_online(
     sft_model: Any,
     params: dict[str, Any],
     rollouts: dict[str, Any] | None = None,
-) -> tuple[pl.DataFrame, dict[str, Any]]:
+) -> tuple[pl.DataFrame, dict[str, Any], pl.DataFrame]:
     """Greedy rollouts of the SFT policy in the sandbox on tasks with a successful reference (the training states
     and the probe pool, not de-duplicated: every task keeps all its reference states); the first divergence of
     each failed rollout is a probed STATE row (:func:`rmsweb_kedro.probing.probe_online`). Returns the probed
-    states and the rollouts' counts."""
+    states, the rollouts' counts and their steps (``mining_online_steps``, for the viewer)."""
     config = MiningParams.model_validate(params)
     references = corpus_states(sft_states_train, sft_states_probe)
     return probing.probe_online(tasks_from_frame(tasks), references, sft_model, config, rollouts)

@@ -30,7 +30,7 @@ def create_pipeline(**kwargs) -> Pipeline:
                     "params": "params:mining",
                     "rollouts": "params:rollouts",
                 },
-                outputs=["mining_online_probes", "mining_online_rollouts"],
+                outputs=["mining_online_probes", "mining_online_rollouts", "mining_online_steps"],
                 name="probe_online",
             ),
             Node(

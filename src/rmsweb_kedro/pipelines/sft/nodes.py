@@ -118,10 +118,17 @@ def _token_stats(processor, states: list[dict[str, Any]], config: SFTConfig) -> 
     return {"samples": len(states), "tokens": tokens, "truncation_rate": truncated / max(1, len(states))}
 
 
-def _train_launched(base: LoadedModel, train: pl.DataFrame, val: pl.DataFrame, config: SFTConfig):
-    """Run the SFT entry point under ``accelerate launch`` (several processes) and load what it saved."""
+def _train_launched(
+    base: LoadedModel,
+    train: pl.DataFrame,
+    val: pl.DataFrame,
+    config: SFTConfig,
+    checkpoint: LoadConfig | None,
+):
+    """Run the SFT entry point under ``accelerate launch`` (several processes) and load what it saved; the launched
+    processes load the saved base with every field of ``checkpoint`` (``base_checkpoint``) but its path."""
     from rmsweb_kedro.modeling import save_checkpoint
-    from rmsweb_kedro.training.launch import run_launched
+    from rmsweb_kedro.training.launch import job_checkpoint, run_launched
 
     work = Path(config.loop.output_dir) / "launch"
     work.mkdir(parents=True, exist_ok=True)
@@ -131,6 +138,7 @@ def _train_launched(base: LoadedModel, train: pl.DataFrame, val: pl.DataFrame, c
     val.write_parquet(work / "val.parquet")
     job = {
         "model_dir": str(work / "base"),
+        "checkpoint": job_checkpoint(work / "base", checkpoint),
         "train_path": str(work / "train.parquet"),
         "val_path": str(work / "val.parquet"),
         "output_dir": config.loop.output_dir,
@@ -157,7 +165,9 @@ def train_sft(
     probe = draw_states(sft_states_val, config.accuracy_states, training.loop.seed).to_dicts()
     before = val_step_metrics(model, processor, probe, training, config.accuracy_max_new_tokens)
     if training.launch:
-        result = _train_launched(base_model, sft_states_train, sft_states_val, training)
+        result = _train_launched(
+            base_model, sft_states_train, sft_states_val, training, config.base_checkpoint
+        )
     else:
         result = run_sft(model, processor, train, val, training)
     model, history, steps, stopped_early = result.model, result.history, result.step, result.stopped_early

@@ -54,5 +54,5 @@
     }
   };
   walk(document.body || document.documentElement);
-  return {items, title: document.title};
+  return {items, title: document.title, scroll: [scrollX, scrollY]};
 }

@@ -1,0 +1,248 @@
+"""The viewer's web app (Starlette, server-rendered pages): read-only GET routes over a
+:class:`~rmsweb_kedro.viewer.run.Run`; every page's state is in its URL, so a link is shareable."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from rmsweb_kedro.viewer import views
+from rmsweb_kedro.viewer.run import MissingColumns, Run, Screenshot
+from rmsweb_kedro.viewer.templates import STYLE, environment
+
+logger = logging.getLogger(__name__)
+
+TABS = [("collection", "Collection"), ("mining", "Mining"), ("salvage", "Salvage-DS"), ("evaluation", "Evaluation"),
+        ("live", "Live")]  # fmt: skip
+#: tab -> the key of run.TABLES it reads
+TAB_TABLES = {"collection": "collection", "mining": "mining", "salvage": "salvage_ds", "evaluation": "evaluation",
+              "live": "live"}  # fmt: skip
+PAIRS = [("a_only", "A succeeds, B fails"), ("b_only", "B succeeds, A fails"), ("both", "both succeed"),
+         ("neither", "both fail")]  # fmt: skip
+
+
+def _served(shot: Screenshot) -> str:
+    return shot.url or ""
+
+
+def _inlined(shot: Screenshot) -> str:
+    """A screenshot as a data URI (exported pages hold their images)."""
+    if shot.file is None:
+        return ""
+    return "data:image/png;base64," + base64.b64encode(shot.file.read_bytes()).decode("ascii")
+
+
+def create_app(run: Run) -> Starlette:
+    """The viewer over ``run``."""
+    templates = environment()
+    label = f"{run.project} (env {run.env})"
+
+    def page(
+        request: Request, name: str, tab: str, title: str, export: bool = False, **context: Any
+    ) -> Response:
+        html = templates.get_template(name).render(
+            tabs=TABS, tab=tab, title=title, style=STYLE, run_label=label, export=export,
+            src=_inlined if export else _served, **context,
+        )  # fmt: skip
+        return HTMLResponse(html)
+
+    def not_here(request: Request, tab: str, title: str, message: str, status: int = 200) -> Response:
+        response = page(request, "not_here", tab, title, message=message)
+        response.status_code = status
+        return response
+
+    def guarded(tab: str, title: str):
+        """A tab's handler: "not in this run" when none of its tables is here; the missing column named when a
+        table is older than the view."""
+
+        def wrap(handler):
+            async def route(request: Request) -> Response:
+                if not run.ran(TAB_TABLES[tab]):
+                    return not_here(request, tab, title, f"{title}: not in this run (the stage did not run)")
+                try:
+                    return await run_in_threadpool(handler, request)
+                except MissingColumns as err:
+                    return not_here(request, tab, title, str(err))
+
+            return route
+
+        return wrap
+
+    def number(request: Request, key: str, default: int = 0) -> int:
+        try:
+            return max(0, int(request.query_params.get(key, default)))
+        except ValueError:
+            return default
+
+    def linker(path: str, request: Request):
+        params = dict(request.query_params)
+
+        def link(page_number: int) -> str:
+            return f"{path}?{urlencode(params | {'page': page_number})}"
+
+        return link
+
+    async def home(request: Request) -> Response:
+        for key, _ in TABS:
+            if run.ran(TAB_TABLES[key]):
+                return RedirectResponse(f"/{key}")
+        return not_here(request, "", "nothing to view", f"no stage's output is in this run ({run.project})")
+
+    @guarded("evaluation", "Evaluation")
+    def evaluation(request: Request) -> Response:
+        q = request.query_params
+        names = views.models(run)
+        f = {
+            "a": q.get("a") or (names[-1] if names else None),
+            "b": q.get("b") or (names[-2] if len(names) > 1 else None),
+            "pair": q.get("pair", ""),
+            "site": q.get("site", ""),
+            "split": q.get("split", ""),
+            "mode": q.get("mode", ""),
+            "termination": q.get("termination", ""),
+        }
+        current = number(request, "page")
+        rows, total, names = views.evaluation_tasks(run, **f, page=current)
+
+        def task_link(row: dict[str, Any]) -> str:
+            return f"/evaluation/task?{urlencode({'task': row['task_id'], 'run': row['run']})}"
+
+        return page(
+            request, "evaluation", "evaluation", "Evaluation: tasks", rows=rows, total=total, page=current,
+            size=views.PAGE_SIZE, link=linker("/evaluation", request), links={"task_id": task_link},
+            colored=names, models=names, f=f, pairs=PAIRS, choices=views.evaluation_choices(run),
+        )  # fmt: skip
+
+    @guarded("evaluation", "Evaluation")
+    def evaluation_task(request: Request) -> Response:
+        task, run_index = request.query_params.get("task", ""), number(request, "run")
+        found = views.evaluation_task(run, task, run_index)
+        if not found["columns"]:
+            return not_here(
+                request, "evaluation", "Evaluation", f"no episode of task {task!r} run {run_index}", 404
+            )
+        return page(request, "evaluation_task", "evaluation", f"{task} (run {run_index}): models side by side",
+                    **found)  # fmt: skip
+
+    def _episode(request: Request, export: bool) -> Response:
+        query = dict(request.query_params)
+        stage = query.pop("stage", "")
+        current = number(request, "step")
+        query.pop("step", None)
+        found = views.episode(run, stage, query)
+        if found is None:
+            return not_here(request, "", "episode", f"no {stage or 'such'} episode {query} in this run", 404)
+        current = min(current, max(0, len(found.steps) - 1))
+        shown_query = urlencode({"stage": stage, **query})
+        response = page(request, "episode", stage, found.title, export=export, episode=found, current=current,
+                        query=shown_query)  # fmt: skip
+        if export:
+            name = "".join(c if c.isalnum() or c in "-_." else "_" for c in found.title)[:120] + ".html"
+            response.headers["content-disposition"] = f'attachment; filename="{name}"'
+        return response
+
+    async def episode(request: Request) -> Response:
+        try:
+            return await run_in_threadpool(_episode, request, False)
+        except MissingColumns as err:
+            return not_here(request, "", "episode", str(err))
+
+    async def export(request: Request) -> Response:
+        try:
+            return await run_in_threadpool(_episode, request, True)
+        except MissingColumns as err:
+            return not_here(request, "", "episode", str(err))
+
+    @guarded("collection", "Collection")
+    def collection(request: Request) -> Response:
+        if task := request.query_params.get("task"):
+            attempts = views.collection_task(run, task)
+            return page(request, "collection_task", "collection", f"Collection: {task}", attempts=attempts)
+        solved, current = request.query_params.get("solved"), number(request, "page")
+        rows, total = views.collection_tasks(run, current, solved)
+        return page(
+            request, "collection", "collection", "Collection: tasks", rows=rows, total=total, page=current,
+            size=views.PAGE_SIZE, link=linker("/collection", request), solved=solved,
+            links={"task_id": lambda row: f"/collection?{urlencode({'task': row['task_id']})}"},
+        )  # fmt: skip
+
+    @guarded("mining", "Mining")
+    def mining(request: Request) -> Response:
+        mode, current = request.query_params.get("mode") or None, number(request, "page")
+        try:
+            rows, total, table = views.mining_states(run, current, mode)
+        except LookupError:
+            return not_here(request, "mining", "Mining", "Mining: no mined states in this run")
+        return page(
+            request, "mining", "mining", "Mining: critical states", rows=rows, total=total, page=current,
+            size=views.PAGE_SIZE, link=linker("/mining", request), table=table, mode=mode,
+            links={"state_id": lambda row: f"/mining/state?{urlencode({'id': row['state_id']})}"},
+            rollouts=(run.json("mining_online_rollouts") or {}).get("episodes", []),
+        )  # fmt: skip
+
+    @guarded("mining", "Mining")
+    def mining_state(request: Request) -> Response:
+        state_id = request.query_params.get("id", "")
+        found = views.mining_state(run, state_id)
+        if found is None:
+            return not_here(request, "mining", "Mining", f"no state {state_id!r} in this run", 404)
+        return page(request, "mining_state", "mining", f"State {state_id}", s=found["state"], **found)
+
+    @guarded("salvage", "Salvage-DS")
+    def salvage(request: Request) -> Response:
+        found = views.salvage(run)
+        report = json.dumps(found["report"], indent=2) if found["report"] is not None else None
+        return page(request, "salvage", "salvage", "Salvage-DS: updates", metrics=found["metrics"], report=report,
+                    groups=found["groups"], group_log=found["group_log"])  # fmt: skip
+
+    @guarded("live", "Live")
+    def live(request: Request) -> Response:
+        results = run.scan("live_results", ["trajectory_id", "task_id", "success", "termination"])
+        rows = (
+            results.with_columns(views.OUTCOME.alias("outcome")).head(500).collect()
+            if results is not None
+            else None
+        )
+        if rows is None:
+            return not_here(request, "live", "Live", "Live: not in this run")
+        link = {"trajectory_id": lambda row: views.episode_link("live", row)}
+        return page(request, "live", "live", "Live episodes", rows=rows, links=link)
+
+    async def file(request: Request) -> Response:
+        """A screenshot from one of the run's data folders; anything else is refused."""
+        root, relative = request.query_params.get("root", ""), request.query_params.get("path", "")
+        try:
+            path = run.resolve(root, relative)
+        except PermissionError as err:
+            return PlainTextResponse(f"refused: {err}", status_code=403)
+        if not path.is_file():
+            return PlainTextResponse(f"not found: {relative} in the {root} data folder", status_code=404)
+        return FileResponse(path)
+
+    def route(path: str, endpoint) -> Route:
+        return Route(path, endpoint, methods=["GET"])
+
+    return Starlette(
+        routes=[
+            route("/", home),
+            route("/evaluation", evaluation),
+            route("/evaluation/task", evaluation_task),
+            route("/episode", episode),
+            route("/export", export),
+            route("/collection", collection),
+            route("/mining", mining),
+            route("/mining/state", mining_state),
+            route("/salvage", salvage),
+            route("/live", live),
+            route("/file", file),
+        ]
+    )
