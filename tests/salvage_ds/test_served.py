@@ -116,6 +116,24 @@ def test_the_server_samples_with_the_adapter_of_every_step(policy, sampler):
     assert sampler.version == 3 and not (sampler.work_dir / "adapters" / "v2").exists()  # old ones unloaded
 
 
+def worst_logprob_gap(model, processor, samples, vision=None, image_token=None) -> float:
+    """The largest |log pi| difference between the trainer's forward and the server's over served (state, sample)
+    pairs."""
+    with torch.no_grad():
+        logits, targets, _ = continuation_logits(
+            model.eval(),
+            [state.prompt_ids for state, _ in samples],
+            [s.completion_ids for _, s in samples],
+            processor.tokenizer.pad_token_id,
+            vision,
+            image_token,
+        )
+        mine = token_logprobs(logits, targets)
+    return max(
+        abs(mine[row, t].item() - lp) for row, (_, s) in enumerate(samples) for t, lp in enumerate(s.logprobs)
+    )
+
+
 def test_the_trainer_recomputes_the_servers_log_probabilities(policy, sampler):
     model, processor, states, prompt = policy
     prepared = prepare_states(states, processor, prompt)
@@ -124,17 +142,7 @@ def test_the_trainer_recomputes_the_servers_log_probabilities(policy, sampler):
     assert len(samples) == 32 and all(len(s.logprobs) == len(s.completion_ids) > 0 for _, s in samples)
     eos = processor.tokenizer.convert_tokens_to_ids(processor.tokenizer.eos_token)
     assert any(s.completion_ids[-1] == eos for _, s in samples)  # a finished reply keeps its end of turn
-    with torch.no_grad():
-        logits, targets, mask = continuation_logits(
-            model.eval(),
-            [state.prompt_ids for state, _ in samples],
-            [s.completion_ids for _, s in samples],
-            processor.tokenizer.pad_token_id,
-        )
-        mine = token_logprobs(logits, targets)
-    worst = max(
-        abs(mine[row, t].item() - lp) for row, (_, s) in enumerate(samples) for t, lp in enumerate(s.logprobs)
-    )
+    worst = worst_logprob_gap(model, processor, samples)
     assert worst <= LOGPROB_TOLERANCE, f"trainer vs server log-prob differ by up to {worst:.4f}"
     assert len({tuple(s.completion_ids) for _, s in samples}) > 8  # sampled, not one greedy reply
 
@@ -218,19 +226,8 @@ def test_screenshot_prompts_are_the_trainers_on_the_server(policy, sampler, tmp_
     finally:
         attached.close()
     samples = [(state, s) for state, g in zip(prepared, sampled, strict=True) for s in g]
-    with torch.no_grad():
-        logits, targets, _ = continuation_logits(
-            model.eval(),
-            [state.prompt_ids for state, _ in samples],
-            [s.completion_ids for _, s in samples],
-            processor.tokenizer.pad_token_id,
-            vision_inputs([state.row for state, _ in samples], with_image, processor),
-            image_token,
-        )
-        mine = token_logprobs(logits, targets)
-    worst = max(
-        abs(mine[row, t].item() - lp) for row, (_, s) in enumerate(samples) for t, lp in enumerate(s.logprobs)
-    )
+    vision = vision_inputs([state.row for state, _ in samples], with_image, processor)
+    worst = worst_logprob_gap(model, processor, samples, vision, image_token)
     assert worst <= LOGPROB_TOLERANCE, (
         f"trainer vs server log-prob differ by up to {worst:.4f} with the image"
     )
