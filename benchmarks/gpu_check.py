@@ -20,7 +20,9 @@ What it runs (about a minute on one H200 at either size; figures in docs/trainin
    sample, bf16, gradient checkpointing): full weights, then LoRA (r 16), each with padded and then with packed
    micro-batches (``sft.training.batching``; ``--sft-batching`` picks), and the ratio packed / padded;
 4. Salvage-DS steps with G = 8 through ``training.salvage_ds.train_salvage_ds`` on the LoRA policy (sampling and
-   the training forward both with the image; beta > 0, so pi_ref is the policy with its adapter disabled);
+   the training forward both with the image; beta > 0, so pi_ref is the policy with its adapter disabled), with the
+   ``hf`` sampler and, given ``--vllm-python``, the ``served`` one (vLLM on the same GPU, the adapter reloaded after
+   every step), each step split into sampling, adapter reload and the rest (update);
 5. generation throughput: greedy batched replies (``agents.hf_policy.sample_replies``).
 
 It prints, per part, seconds a step, tokens/s, MFU and peak GPU memory. MFU = 6 N T / (seconds x peak FLOP/s) with N
@@ -166,8 +168,9 @@ def main() -> None:
     from rmsweb_kedro.agents.hf_policy import sample_replies
     from rmsweb_kedro.modeling import LoraSettings, add_lora, released_layout_model, resolve_device
     from rmsweb_kedro.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.serving import ServerConfig
     from rmsweb_kedro.training.loop import LoopConfig
-    from rmsweb_kedro.training.salvage_ds import SalvageDSParams, train_salvage_ds
+    from rmsweb_kedro.training.salvage_ds import SalvageDSParams, SamplerConfig, train_salvage_ds
     from rmsweb_kedro.training.sft import SFTConfig, run_sft
 
     parser = argparse.ArgumentParser(
@@ -195,6 +198,15 @@ def main() -> None:
     parser.add_argument(
         "--screenshots-only", action="store_true", help="take and save --screenshots, then stop"
     )
+    parser.add_argument(
+        "--vllm-python", help="also Salvage-DS with sampler served: the Python of a venv with vLLM (on the CPU: "
+        "`bash scripts/vllm_env.sh` prints it; needs head_dim >= 32, not --tiny's)",
+    )  # fmt: skip
+    parser.add_argument("--vllm-devices", default=None, help="CUDA_VISIBLE_DEVICES of the vLLM server")
+    parser.add_argument(
+        "--vllm-arg", action="append", default=[], help="a vLLM flag, repeatable: --vllm-arg=--gpu-memory-utilization "
+        "--vllm-arg=0.35 (the trainer shares the GPU)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.screenshots_only:
         if args.screenshots is None:
@@ -270,20 +282,36 @@ def main() -> None:
     algorithm = SalvageDSParams(
         group_size=args.group_size, max_new_tokens=32, beta=0.04, c_low=0.0, c_high=1.0
     )
-    with Meter(device) as meter:
-        result = train_salvage_ds(
-            model, processor, states, algorithm, loop("salvage_ds", steps[1], 2, 1e-6), prompt
+    samplers = [("hf", SamplerConfig())]
+    if args.vllm_python:  # vLLM beside the trainer on the same GPU, the adapter reloaded after every step
+        server = ServerConfig(
+            python=args.vllm_python, dtype="float32" if args.tiny else "bfloat16", max_model_len=4096,
+            max_lora_rank=16, devices=args.vllm_devices, extra_args=args.vllm_arg,
+            env={"VLLM_CPU_KVCACHE_SPACE": "1"} if args.tiny else {},
+        )  # fmt: skip
+        samplers.append(("served", SamplerConfig(kind="served", server=server)))
+    for kind, sampler in samplers:  # one after the other on the same policy (lr 1e-6: timing, not learning)
+        with Meter(device) as meter:
+            result = train_salvage_ds(
+                model, processor, states, algorithm, loop(f"salvage_ds_{kind}", steps[1], 2, 1e-6), prompt,
+                sampler=sampler,
+            )  # fmt: skip
+        model, row = result.model, result.history[-1]
+        sampled = sum(r["train/sampled_actions"] for r in result.history)
+        split = {
+            k: sum(r[f"train/{k}_seconds"] for r in result.history) / steps[1] for k in ("sampling", "reload")
+        }
+        update = meter.seconds / steps[1] - split["sampling"] - split["reload"]
+        report(
+            f"Salvage-DS, G={args.group_size}, LoRA, sampler {kind}",
+            meter,
+            float("nan"),  # its batches are token lists, not attention masks: the loop counts no tokens/s
+            n_params,
+            peak,
+            f"{meter.seconds / steps[1]:.1f} s/step (sampling {split['sampling']:.2f}, adapter reload "
+            f"{split['reload']:.2f}, update and the rest {update:.2f}; served: the server's start included), "
+            f"{sampled:.0f} sampled replies, loss {row['train/loss']:.3f}",
         )
-    row = result.history[-1]
-    sampled = sum(r["train/sampled_actions"] for r in result.history)
-    report(
-        f"Salvage-DS, G={args.group_size}, LoRA",
-        meter,
-        float("nan"),  # its batches are token lists, not attention masks: the loop counts no tokens/s
-        n_params,
-        peak,
-        f"{meter.seconds / steps[1]:.1f} s/step, {sampled:.0f} sampled replies, loss {row['train/loss']:.3f}",
-    )
 
     model = result.model.eval()
     with Meter(device) as meter, torch.no_grad():

@@ -16,7 +16,9 @@ metrics of Mind2Web-style offline evaluation, and, with ``k`` > 0 sampled replie
 ``valid_rate``             share of the ``k`` sampled replies that parse (null when k = 0)
 ``failure_mode``           ``mining.classify_failure`` of the greedy reply when it is wrong, else of the most frequent
                            wrong sample; null when none is wrong; ``environment_error`` when the policy's server
-                           failed (then the state counts in no rate)
+                           failed on the greedy reply (then the state counts in no rate)
+``sample_error``           the policy's server failed on the sampled replies: competence and valid rate are null,
+                           the greedy reply's metrics still count
 =========================  ============================================================================================
 
 Over a table (:func:`rates`): ``n_states`` and the means ``action_type_accuracy``, ``element_accuracy``,
@@ -90,7 +92,8 @@ SCORED_SCHEMA = pl.Schema(
         "sampled_actions": pl.List(pl.String),  # canonical texts; "<invalid: reason>" for unparsed replies
         "competence": pl.Float64,
         "valid_rate": pl.Float64,
-        "env_error": pl.String,  # the policy's server failed on this state (it then counts in no rate)
+        "env_error": pl.String,  # the policy's server failed on the greedy reply (the state counts in no rate)
+        "sample_error": pl.String,  # it failed on the sampled replies (competence, valid_rate null)
         "prompt_tokens": pl.Int64,  # of the greedy request
         "completion_tokens": pl.Int64,  # of every reply of the state
     }
@@ -270,13 +273,16 @@ def score_state_replies(
         "sampled_actions": [_sample(s).label for s in sampled],
         "competence": None,
         "valid_rate": None,
-        "env_error": next((r.error for r in replies if r.fatal), None),
+        "env_error": greedy.error if greedy.fatal else None,
+        "sample_error": next((r.error for r in sampled if r.fatal), None),
         "prompt_tokens": greedy.prompt_tokens,
         "completion_tokens": sum(r.completion_tokens or 0 for r in replies),
     }
     if row["env_error"] is not None:
         return row | {"failure_mode": FailureMode.ENVIRONMENT_ERROR.value}
-    if sampled:  # the greedy reply's mode when it is wrong, else the most frequent wrong sample's
+    if (
+        sampled and row["sample_error"] is None
+    ):  # failed samples never drop the greedy reply's metrics  # the greedy reply's mode when it is wrong, else the most frequent wrong sample's
         score = score_state([_sample(s) for s in sampled], _sample(greedy), references, **context)
         row |= {
             "competence": score.competence,

@@ -123,8 +123,7 @@ def fine_tune(model, prepared, pad_id: int, steps: int, lr: float = 3e-3) -> Non
         optimizer.step()
 
 
-@pytest.fixture(scope="session")
-def sft_tiny():
+def fine_tuned_tiny(head_dim: int = 16):
     """(model, processor, states, prompt config): a tiny Qwen3-VL (modeling.build_tiny_model) fine-tuned briefly on
     toy states, so it writes actions and gets some right: the starting point Salvage-DS expects."""
     import torch
@@ -140,7 +139,7 @@ def sft_tiny():
         "vocab_size": 300,
         "hidden_size": 64,
         "num_hidden_layers": 2,
-        "head_dim": 16,
+        "head_dim": head_dim,
         "intermediate_size": 128,
     }
     vision = {"vision_hidden_size": 32, "vision_depth": 1, "vision_intermediate_size": 64}
@@ -148,3 +147,19 @@ def sft_tiny():
     torch.manual_seed(0)
     fine_tune(model, prepare_states(states, processor, prompt), processor.tokenizer.pad_token_id, steps=30)
     return model, processor, states, prompt
+
+
+@pytest.fixture(scope="session")
+def sft_tiny():
+    """:func:`fine_tuned_tiny` (head_dim 16), once a session."""
+    return fine_tuned_tiny()
+
+
+def lora_tiny():
+    """(LoRA model, processor, states, prompt config): :func:`fine_tuned_tiny` with head_dim 32 (what vLLM's CPU
+    attention takes), then a fresh rank-8 LoRA adapter (dropout 0) on top: the policy the served sampler's tests
+    and benchmarks/salvage_ds_throughput.py train."""
+    from rmsweb_kedro.modeling import LoraSettings, add_lora
+
+    model, processor, states, prompt = fine_tuned_tiny(head_dim=32)
+    return add_lora(model, LoraSettings(r=8, alpha=16, dropout=0.0)), processor, states, prompt

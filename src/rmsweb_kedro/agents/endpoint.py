@@ -117,6 +117,7 @@ class Choice:
     text: str
     logprobs: list[float] | None = None
     finish_reason: str | None = None
+    token_ids: list[int] | None = None  # the completion's token ids, where the server returns them (vLLM)
 
 
 @dataclass
@@ -126,6 +127,7 @@ class Completion:
     cost_usd: float
     failures: list[str] = field(default_factory=list)  # retried errors before this success
     choices: list[Choice] = field(default_factory=list)
+    prompt_token_ids: list[int] | None = None  # where the server returns them (vLLM's return_token_ids)
 
 
 class ChatEndpoint:
@@ -229,7 +231,8 @@ class ChatEndpoint:
                     completion_tokens=getattr(raw_usage, "completion_tokens", 0) or 0,
                 )
                 text = choices[0].text if choices else ""
-                return Completion(text, usage, self.cost(usage), failures, choices)
+                prompt_ids = getattr(response, "prompt_token_ids", None)
+                return Completion(text, usage, self.cost(usage), failures, choices, prompt_ids)
             if attempt < self.config.max_retries:
                 delay = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
                 logger.warning(
@@ -248,4 +251,5 @@ def _choice(choice: Any) -> Choice:
         text=choice.message.content or "",
         logprobs=[entry.logprob for entry in content] if content else None,
         finish_reason=choice.finish_reason,
+        token_ids=getattr(choice, "token_ids", None),  # vLLM's, with return_token_ids (an extra field)
     )

@@ -88,15 +88,19 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.actions import Action, format_action, matches_any, normalized_argument, same_target
+from rmsweb_kedro.agents.base import PolicySample
 from rmsweb_kedro.prompts import PromptConfig
+from rmsweb_kedro.serving import ServerConfig, ServerError, VLLMServer
 from rmsweb_kedro.training.loop import LoopConfig
 
 Mode = Literal["grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor"]
@@ -393,7 +397,7 @@ def action_token_mask(offsets: list[tuple[int, int]], reply: str) -> list[int]:
 
 # ================================================================ training on the shared loop
 # Only what differs from SFT: a "sample" is a prepared state. The loop's rollout samples G replies per state with
-# the current policy (the one sampler, agents.hf_policy.sample_replies), scores and gates the groups and freezes
+# the current policy (a GroupSampler: hf in this process, or served by vLLM), scores and gates the groups and freezes
 # pi_old; its loss_fn then takes mu = updates_per_batch gradient steps on L with those samples.
 
 
@@ -515,30 +519,205 @@ def continuation_logits(
     return out.logits[:, :-1], ids_t[:, prompt_width:], mask
 
 
-def sample_groups(
-    model,
-    processor,
-    states: list[PreparedState],
-    prompt_config,
-    p: SalvageDSParams,
-    n: int,
-    greedy: bool = False,
-):
-    """``n`` replies per state from ``model`` with the algorithm's sampling settings (the one sampler)."""
-    from rmsweb_kedro.agents.hf_policy import sample_replies
+class SamplerConfig(BaseModel):
+    """``sampler``: what samples the groups. ``hf``: the policy in this process (transformers ``generate``);
+    ``served``: vLLM serving the policy's base checkpoint, with the LoRA adapter saved and loaded into it after
+    every optimizer step (docs/training.md, "Which sampler")."""
 
-    return sample_replies(
-        model,
-        processor,
-        [s.row for s in states],
-        prompt_config,
-        n,
-        greedy=greedy,
-        temperature=p.temperature,
-        top_p=p.top_p,
-        max_new_tokens=p.max_new_tokens,
-        logprobs=False,  # pi_old comes from the training forward (exactly the ratio's denominator)
-    )
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["hf", "served"] = "hf"
+    server: ServerConfig = Field(
+        default_factory=ServerConfig
+    )  # served: a URL you run, or one the stage starts
+
+
+class GroupSampler(Protocol):
+    """What samples a rollout's groups (one interface, as verl's rollout base): the rollout, the gate, the anchor
+    and dynamic sampling are the same code whichever samples. ``version`` is the policy version the last groups
+    were sampled by: 1 for the starting weights, + 1 each time the trainable weights changed (an optimizer step)."""
+
+    version: int
+    reload_seconds: float  # spent so far bringing the sampler up to the policy's weights (adapter reloads)
+
+    def sample(
+        self, policy, states: list[PreparedState], n: int, greedy: bool = False
+    ) -> list[list[PolicySample]]: ...
+
+    def close(self) -> None: ...
+
+
+def weights_stamp(policy) -> int:
+    """Changes whenever a trainable weight is written in place (an optimizer step, a loaded checkpoint): the sum of
+    torch's per-tensor version counters, free to read, unlike a hash of the weights."""
+    return sum(param._version for param in policy.parameters() if param.requires_grad)
+
+
+class _Versioned:
+    """The policy version a sampler samples with (:class:`GroupSampler`)."""
+
+    version = 0
+    reload_seconds = 0.0
+    _stamp: int | None = None
+
+    def _advance(self, policy) -> bool:
+        """Count a new version when the weights changed since the last call; True then."""
+        stamp = weights_stamp(policy)
+        if stamp == self._stamp:
+            return False
+        self._stamp, self.version = stamp, self.version + 1
+        return True
+
+
+class HFSampler(_Versioned):
+    """Groups from the policy in this process: :func:`agents.hf_policy.sample_replies` (``sampler: hf``)."""
+
+    def __init__(self, processor, prompt_config, p: SalvageDSParams):
+        self.processor, self.prompt_config, self.p = processor, prompt_config, p
+
+    def sample(self, policy, states: list[PreparedState], n: int, greedy: bool = False):
+        from rmsweb_kedro.agents.hf_policy import sample_replies
+
+        self._advance(policy)
+        return sample_replies(
+            policy,
+            self.processor,
+            [s.row for s in states],
+            self.prompt_config,
+            n,
+            greedy=greedy,
+            temperature=self.p.temperature,
+            top_p=self.p.top_p,
+            max_new_tokens=self.p.max_new_tokens,
+            logprobs=False,  # pi_old comes from the training forward (exactly the ratio's denominator)
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class ServedSampler(_Versioned):
+    """Groups from vLLM serving the policy (``sampler: served``; :mod:`rmsweb_kedro.serving`).
+
+    The server serves the base checkpoint; before sampling, when the trainable weights changed, the adapter is
+    saved to ``work_dir/adapters/v<version>`` and loaded under a new name (``policy-<run>-v<version>``), and the
+    previous one unloaded. Requests name the adapter of the current version, so a group is never sampled by a stale one (a
+    failed load is an error, not a fallback). The replies' token ids (vLLM's ``return_token_ids``) are what the
+    trainer trains on; the server's prompt ids must equal the trainer's. A server that dies or stops answering is
+    a :class:`serving.ServerError` naming its log, after the request's retries (``server.max_retries``)."""
+
+    def __init__(
+        self, config: ServerConfig, work_dir: str | Path, processor, prompt_config, p: SalvageDSParams
+    ):
+        self.config, self.work_dir = config, Path(work_dir)
+        self.processor, self.prompt_config, self.p = processor, prompt_config, p
+        self.server: VLLMServer | None = None
+        self.adapter: str | None = None  # the loaded adapter's name
+        self.run = uuid.uuid4().hex[:8]  # adapter names of this run: a shared server may hold another run's
+        tokenizer = processor.tokenizer
+        self.stop_ids = {tokenizer.convert_tokens_to_ids(tokenizer.eos_token), tokenizer.pad_token_id}
+
+    def _start(self, policy) -> VLLMServer:
+        from rmsweb_kedro.modeling import save_checkpoint
+
+        if self.config.base_url:
+            return VLLMServer(self.config).attach()
+        base = self.work_dir / "base"
+        save_checkpoint(policy, self.processor, base)  # the base weights the adapter applies to
+        return VLLMServer(self.config, base, self.work_dir / "vllm_server.log").start()
+
+    def sync(self, policy) -> None:
+        """Bring the server to the policy's current adapter (nothing to do when the weights did not change)."""
+        import shutil
+        import time
+
+        if self.server is None:
+            self.server = self._start(policy)
+        if not self._advance(policy) and self.adapter is not None:
+            return
+        started = time.perf_counter()
+        name = f"policy-{self.run}-v{self.version}"
+        path = self.work_dir / "adapters" / f"v{self.version}"
+        policy.save_pretrained(path)  # peft: the adapter alone
+        self.server.load_adapter(name, path)
+        if self.adapter is not None:
+            self.server.unload_adapter(self.adapter)
+            shutil.rmtree(self.work_dir / "adapters" / f"v{self.version - 1}", ignore_errors=True)
+        self.adapter = name
+        self.reload_seconds += time.perf_counter() - started
+
+    def sample(self, policy, states: list[PreparedState], n: int, greedy: bool = False):
+        from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
+        from rmsweb_kedro.agents.openai_policy import OpenAIPolicy
+
+        self.sync(policy)
+        c = self.config
+        endpoint = EndpointConfig(
+            base_url=self.server.base_url,
+            model=self.adapter,
+            timeout_s=c.request_timeout_s,
+            max_retries=c.max_retries,
+            backoff_s=0.5,
+            extra_body={"return_token_ids": True},
+        )
+        client = OpenAIPolicy(
+            ChatEndpoint(endpoint),
+            self.prompt_config,
+            tokenizer=self.processor.tokenizer,  # the page tree cut exactly as in the trainer's prompt
+            max_new_tokens=self.p.max_new_tokens,
+            concurrency=c.concurrency,
+        )
+        seed = int(
+            torch.randint(0, 2**31 - 1, ())
+        )  # from the loop's checkpointed RNG: a resumed run draws alike
+        groups = client.sample(
+            [s.row for s in states], n, greedy, self.p.temperature, self.p.top_p, seed=seed, logprobs=True
+        )
+        for state, group in zip(states, groups, strict=True):
+            for sample in group:
+                self._check(state, sample)
+                sample.prompt_ids = state.prompt_ids
+        return groups
+
+    def _check(self, state: PreparedState, sample: PolicySample) -> None:
+        """A reply the trainer can train on: it came, with its token ids, for the trainer's prompt."""
+        where = f"state {state.state_id!r}, adapter {self.adapter} at {self.server.base_url}"
+        if sample.fatal:
+            down = "" if self.server.alive() else f"; {self.server.describe_failure()}"
+            raise ServerError(f"sampling failed ({where}): {sample.error}{down}")
+        if not sample.completion_ids:
+            raise ServerError(
+                f"the server returned no token ids ({where}): the served sampler needs vLLM (return_token_ids)"
+            )
+        if sample.prompt_ids != state.prompt_ids:
+            raise ServerError(
+                f"the server's prompt differs from the trainer's ({where}: {len(sample.prompt_ids)} vs "
+                f"{len(state.prompt_ids)} tokens): serve the policy's own checkpoint (its chat template and "
+                "processor)"
+            )
+
+    def close(self) -> None:
+        """Stop a managed server; on a user's server, unload this run's adapter."""
+        if self.server is None:
+            return
+        if self.server.process is None and self.adapter is not None and self.server.alive():
+            self.server.unload_adapter(self.adapter)
+        self.server.stop()
+
+
+def make_sampler(config: SamplerConfig, policy, processor, prompt_config, p: SalvageDSParams, work_dir):
+    """The :class:`GroupSampler` ``config`` names; ``served`` needs a LoRA policy (see docs/training.md)."""
+    if config.kind == "hf":
+        return HFSampler(processor, prompt_config, p)
+    from peft import PeftModel
+
+    if not isinstance(policy, PeftModel):
+        raise ValueError(
+            "sampler.kind 'served' needs a LoRA policy (the SFT model trained with sft.lora): the server gets "
+            "each step's adapter at run time. Full-weight updates would go through vLLM's weight-transfer API "
+            "(NCCL or IPC between GPUs), which this project does not drive; use sampler.kind 'hf' for full weights"
+        )
+    return ServedSampler(config.server, work_dir, processor, prompt_config, p)
 
 
 def _sharded(policy) -> bool:
@@ -582,6 +761,7 @@ class SalvageDSStep:
         updates_per_batch: int = 1,
         pool: list[PreparedState] | None = None,
         group_log: str | Path | None = None,
+        sampler: GroupSampler | None = None,
     ):
         self.p = p
         #: every sampled group's record (JSON lines: the viewer's Salvage-DS tab, docs/viewer.md), appended
@@ -595,6 +775,7 @@ class SalvageDSStep:
         self.updates_per_batch = updates_per_batch
         self.pool = pool or []
         self.sampled_actions = 0  # spent so far in the run (sampled_action_budget)
+        self.sampler = sampler or HFSampler(processor, prompt_config, p)
 
     def state_dict(self) -> dict:
         return {"sampled_actions": self.sampled_actions, "batches": self.batches}
@@ -635,9 +816,10 @@ class SalvageDSStep:
         rewards_all, right_all, parsed_all = [], [], []
         records: list[dict] = []
         sharded = _sharded(policy)
+        reload_before, started = self.sampler.reload_seconds, time.perf_counter()
         while self._budget_left():
             rounds += 1
-            groups = sample_groups(policy, self.processor, states, self.prompt_config, p, p.group_size)
+            groups = self.sampler.sample(policy, states, p.group_size)
             self.sampled_actions += sum(len(g) for g in groups)
             for state, samples in zip(states, groups, strict=True):
                 sampled_groups += 1
@@ -664,6 +846,7 @@ class SalvageDSStep:
                     else "anchored"
                 )
                 records.append({"batch": self.batches, "round": rounds, "state_id": state.state_id,
+                                "policy_version": self.sampler.version,  # the weights that sampled it
                                  "samples": [format_action(s.action) if s.action else f"<invalid: {s.error}>" for s in samples],
                                  "rewards": rewards, "decision": decision,
                                  "reason": reason})  # fmt: skip
@@ -684,6 +867,8 @@ class SalvageDSStep:
             if full or not p.dynamic_sampling or rounds >= p.max_rounds or not self.pool:
                 break
             states = self._more_states(wanted)
+        reload_seconds = self.sampler.reload_seconds - reload_before
+        sampling_seconds = time.perf_counter() - started - reload_seconds
 
         self._log_groups(records)
         self.batches += 1
@@ -747,6 +932,9 @@ class SalvageDSStep:
                 "valid_rate": sum(parsed_all) / n_samples,
                 "sampled_actions": float(len(rewards_all)),
                 "sampled_actions_total": float(self.sampled_actions),
+                "policy_version": float(self.sampler.version),
+                "sampling_seconds": sampling_seconds,  # generation (and scoring) of the batch's groups
+                "reload_seconds": reload_seconds,  # served: saving and loading the adapter into the server
             },
         }
 
@@ -879,10 +1067,13 @@ def train_salvage_ds(
     prompt_config,
     eval_fn=None,
     accelerator=None,
+    sampler: SamplerConfig | None = None,
 ):
     """Salvage-DS on ``train_states`` (STATE_SCHEMA rows) with the shared loop (``loop_config.batch_size`` states
     a sampled batch, ``loop_config.updates_per_batch`` updates on each); ``eval_fn(model) -> metrics`` (e.g.
-    :func:`competence_eval_fn`) runs at each evaluation. Returns the ``LoopResult``."""
+    :func:`competence_eval_fn`) runs at each evaluation; ``sampler`` says what samples the groups (default:
+    ``hf``). Returns the ``LoopResult``; ``output_dir/groups.jsonl`` records every sampled group, with the policy
+    version that sampled it."""
     import copy
 
     from rmsweb_kedro.training.loop import _checkpoints, make_accelerator, train_loop
@@ -896,6 +1087,16 @@ def train_salvage_ds(
         loop_config.resume and _checkpoints(Path(loop_config.output_dir))
     ):  # a fresh run: its records only
         group_log.unlink(missing_ok=True)
+    accelerator = accelerator or make_accelerator(loop_config)
+    sampler = sampler or SamplerConfig()
+    if sampler.kind == "served" and accelerator.num_processes > 1:
+        raise ValueError(
+            "sampler.kind 'served' runs with one training process (launch: null): the adapter is saved and "
+            "loaded by the process that trains it"
+        )
+    group_sampler = make_sampler(
+        sampler, model, processor, prompt_config, p, Path(loop_config.output_dir) / "served"
+    )
     step = SalvageDSStep(
         p,
         processor,
@@ -904,19 +1105,23 @@ def train_salvage_ds(
         loop_config.updates_per_batch,
         pool=prepared,
         group_log=group_log,
+        sampler=group_sampler,
     )
-    accelerator = accelerator or make_accelerator(loop_config)
     accelerator.register_for_checkpointing(step)  # the sampled actions spent (sampled_action_budget)
-    return train_loop(
-        model,
-        prepared,
-        collate=lambda items: {"states": items},
-        loss_fn=step,
-        config=loop_config,
-        eval_fn=eval_fn,
-        accelerator=accelerator,
-        rollout=step.rollout,
-    )
+    try:
+        result = train_loop(
+            model,
+            prepared,
+            collate=lambda items: {"states": items},
+            loss_fn=step,
+            config=loop_config,
+            eval_fn=eval_fn,
+            accelerator=accelerator,
+            rollout=step.rollout,
+        )
+    finally:
+        group_sampler.close()  # a managed server stops, its log kept
+    return result
 
 
 class SalvageDSJob(BaseModel):
@@ -929,6 +1134,7 @@ class SalvageDSJob(BaseModel):
     prompt: PromptConfig
     eval_samples: int = Field(4, ge=1, description="sampled replies per state for competence")
     seed: int = 0
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
 
 
 def _main() -> None:
@@ -946,7 +1152,14 @@ def _main() -> None:
     )
     train = pl.read_parquet(job["train_path"]).to_dicts()
     result = train_salvage_ds(
-        model, processor, train, config.algorithm, config.loop, config.prompt, eval_fn=eval_fn
+        model,
+        processor,
+        train,
+        config.algorithm,
+        config.loop,
+        config.prompt,
+        eval_fn=eval_fn,
+        sampler=config.sampler,
     )
     save_launched(result, processor, job["output_dir"])
 

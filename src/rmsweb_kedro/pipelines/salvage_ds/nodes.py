@@ -15,7 +15,7 @@ from rmsweb_kedro.reporting import figure_panels
 from rmsweb_kedro.schema import conform_states, draw_states
 from rmsweb_kedro.states import split_by_task as states_split_by_task
 from rmsweb_kedro.training.loop import LoopConfig
-from rmsweb_kedro.training.salvage_ds import SalvageDSParams
+from rmsweb_kedro.training.salvage_ds import SalvageDSParams, SamplerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,7 @@ class SalvageDSNodeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     algorithm: SalvageDSParams = Field(default_factory=SalvageDSParams)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
     loop: LoopConfig
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     held_out_fraction: float = Field(0.25, ge=0.0, lt=1.0)
@@ -90,7 +91,14 @@ def train_rmsweb_model(
         result = _train_launched(sft_model, train, splits, config)
     else:
         result = train_salvage_ds(
-            model, processor, train_rows, config.algorithm, config.loop, config.prompt, eval_fn=competence
+            model,
+            processor,
+            train_rows,
+            config.algorithm,
+            config.loop,
+            config.prompt,
+            eval_fn=competence,
+            sampler=config.sampler,
         )
     history = pl.from_dicts([{"step": 0, **scores}, *result.history], infer_schema_length=None)
     report["before"] = _by_split(scores)

