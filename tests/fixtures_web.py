@@ -43,7 +43,10 @@ def browser_config(sandbox_server: SandboxServer) -> BrowserConfig:
     return BrowserConfig(host_resolver_rules=sandbox_server.host_resolver_rules)
 
 
-@pytest.fixture(scope="session")
+# One Chromium a module, not a session: a sync Playwright left running in the main thread makes every later
+# `sync_playwright()` there fail ("using Playwright Sync API inside the asyncio loop"), as the proposer and the
+# viewer's tests start their own.
+@pytest.fixture(scope="module")
 def browser_env(browser_config: BrowserConfig) -> Iterator[BrowserEnv]:
     if not chromium_available():
         pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")

@@ -31,18 +31,26 @@ def mining_tasks(sandbox_task_list: list[Task]) -> list[Task]:
 
 
 @pytest.fixture(scope="session")
-def reference_states(browser_env, sandbox_server, mining_tasks: list[Task]) -> pl.DataFrame:
+def reference_states(browser_config, sandbox_server, mining_tasks: list[Task]) -> pl.DataFrame:
     from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
     from rmsweb_kedro.episodes import run_episode
     from rmsweb_kedro.mining import state_row
+    from rmsweb_kedro.web.browser import BrowserEnv
+    from tests.fixtures_web import chromium_available
 
+    if not chromium_available():
+        pytest.skip("Chromium is not installed (set RMSWEB_CHROMIUM)")
     teacher = ScriptedTeacher(imperfections=TeacherImperfections(mistake_probs={}, self_correct_prob=0.0))
     judge = SandboxJudge(sandbox_server.session_state)
     rows = []
-    for task in mining_tasks:
-        trajectory = run_episode(browser_env, task, teacher, judge, max_steps=20)
-        assert trajectory.success, f"{task.id}: the reference plan failed: {trajectory.verdict}"
-        rows += [state_row(task, trajectory, i, s.action, s.thought) for i, s in enumerate(trajectory.steps)]
+    # closed here: the session keeps no Playwright running in the main thread (tests/fixtures_web.py)
+    with BrowserEnv(browser_config) as env:
+        for task in mining_tasks:
+            trajectory = run_episode(env, task, teacher, judge, max_steps=20)
+            assert trajectory.success, f"{task.id}: the reference plan failed: {trajectory.verdict}"
+            rows += [
+                state_row(task, trajectory, i, s.action, s.thought) for i, s in enumerate(trajectory.steps)
+            ]
     return pl.DataFrame(rows, schema=STATE_SCHEMA)
 
 

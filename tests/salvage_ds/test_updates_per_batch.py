@@ -71,9 +71,10 @@ def test_resume_between_updates_continues_on_the_same_rollout(tmp_path):
     assert resumed.resumed_from == 3
     assert len(first_rollouts) + len(resumed_rollouts) == 3  # the pending batch was not rolled out again
     assert _without_time(resumed.history) == _without_time(straight.history)
-    # a checkpoint at step 3 of a mu = 1 run holds no rollout: mu = 2 cannot continue "its" batch
+    # a checkpoint at step 3 of a mu = 1 run holds no rollout: mu = 2 cannot continue "its" batch, and the run's
+    # identity (training.loop.run_identity) refuses it before any checkpoint is read
     _toy_run(_config(tmp_path, "c", max_steps=3), [])
-    with pytest.raises(ValueError, match="inside a batch of updates_per_batch=2"):
+    with pytest.raises(ValueError, match=r"another run: the job differs in \['updates_per_batch'\]"):
         _toy_run(_config(tmp_path, "c", max_steps=6, updates_per_batch=2, resume=True), [])
 
 
