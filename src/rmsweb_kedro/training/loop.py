@@ -495,7 +495,9 @@ def train_loop(
             if not saved.exists():
                 raise ValueError(
                     f"{checkpoints[-1]} was taken at step {state.step}, inside a batch of updates_per_batch={mu} "
-                    "updates, but holds no rolled-out batch: resume with the updates_per_batch it was run with"
+                    f"updates, but holds no rolled-out batch for process {accelerator.process_index}: resume with "
+                    "the number of processes it was run with (a changed updates_per_batch is refused earlier, by "
+                    "the run's identity)"
                 )
             pending = [
                 _to_device(b, accelerator.device) for b in torch.load(saved, weights_only=False)
