@@ -1,7 +1,9 @@
-"""Packed SFT batches (``sft.training.batching: packed``) give the padded batches' loss and gradients.
+"""Packed SFT batches (``sft.training.batching: packed``) give the padded batches' loss and gradients, also split
+into micro-batches by a token budget (``loop.micro_batch_tokens``).
 
-The same samples go through both collations and the same model; the loss is the micro-batch's share of the step's
-token mean (``step_tokens`` = its own labelled tokens, as ``evaluate`` does). Tolerance: relative 1e-5 on the loss
+The same samples go through both collations and the same model: the padded step is one batch, the packed step
+the same samples re-split by the budget (``training.loop.split_by_tokens``), its micro-batches' shares of the step's
+token mean summed (``step_tokens`` = the step's labelled tokens, as the loop gives them). Tolerance: relative 1e-5 on the loss
 and 1e-4 on each parameter's gradient (its norm of the difference against its norm), in float32. The two paths
 run the same arithmetic on different shapes (attention once per sample instead of over a padded row, the LM head on
 the supervised rows only), which moves float32 results by ~1e-7 relative; a sample's attention reaching into its
@@ -16,28 +18,41 @@ import torch
 
 from rmsweb_kedro.modeling import load_model, packed_attention, rope_index
 from rmsweb_kedro.prompts import PromptConfig
-from rmsweb_kedro.training.sft import SFTCollator, pack_batch, sft_loss
+from rmsweb_kedro.training.loop import split_by_tokens
+from rmsweb_kedro.training.sft import IGNORE_INDEX, SFTCollator, pack_batch, sft_loss
 
 LOSS_TOLERANCE = 1e-5
 GRAD_TOLERANCE = 1e-4
 SCREENSHOTS = PromptConfig(observation=["screenshot", "axtree"], history_k=1)
 
 
-def _loss_and_grads(model, batch):
+def _loss_and_grads(model, batches):
+    """The step's loss and gradients over its micro-batches ``batches`` (the loop's accumulation)."""
     model.zero_grad(set_to_none=True)
-    batch = dict(batch, step_tokens={k: float(v) for k, v in batch["loss_tokens"].items()})
-    loss, _ = sft_loss(model, batch)
-    loss.backward()
+    step_tokens = {"label": float(sum(b["loss_tokens"]["label"] for b in batches))}
+    total = 0.0
+    for batch in batches:
+        loss, _ = sft_loss(model, dict(batch, step_tokens=step_tokens))
+        loss.backward()
+        total += float(loss.detach())
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return float(loss), grads
+    return total, grads
 
 
-def _compare(model, processor, states, prompt, loss_on="assistant", reply_weight=1.0):
+def _compare(model, processor, states, prompt, loss_on="assistant", reply_weight=1.0, budget=None):
+    """The padded batch of ``states`` against the same states packed, in one row or (``budget``) in micro-batches
+    of at most ``budget`` tokens; returns the padded batch and the packed micro-batches."""
     padded = SFTCollator(processor, prompt, loss_on, reply_weight)(states)
-    packed = SFTCollator(processor, prompt, loss_on, reply_weight, rope_index(model))(states)
-    assert packed["input_ids"].shape == (1, int(padded["attention_mask"].sum()))  # no padding left
-    assert packed["loss_tokens"] == padded["loss_tokens"]
-    loss_padded, grads_padded = _loss_and_grads(model, padded)
+    collate = SFTCollator(processor, prompt, loss_on, reply_weight, rope_index(model))
+    lengths = [collate.sample_tokens(state) for state in states]
+    assert lengths == padded["attention_mask"].sum(dim=1).tolist()
+    groups = split_by_tokens(lengths, budget) if budget else [list(range(len(states)))]
+    packed = [collate([states[i] for i in group]) for group in groups]
+    for group, batch in zip(groups, packed, strict=True):  # no padding left; within the budget
+        assert batch["input_ids"].shape == (1, sum(lengths[i] for i in group))
+        assert budget is None or batch["input_ids"].shape[1] <= budget
+    assert sum(b["loss_tokens"]["label"] for b in packed) == padded["loss_tokens"]["label"]
+    loss_padded, grads_padded = _loss_and_grads(model, [padded])
     with packed_attention(model):
         loss_packed, grads_packed = _loss_and_grads(model, packed)
     assert loss_packed == pytest.approx(loss_padded, rel=LOSS_TOLERANCE)
@@ -50,12 +65,28 @@ def _compare(model, processor, states, prompt, loss_on="assistant", reply_weight
 
 def test_packed_text_batch_gives_the_padded_loss_and_gradients(tiny_checkpoint, tiny_states):
     model, processor = load_model({"path": str(tiny_checkpoint), "dtype": "float32"})
-    padded, packed = _compare(model, processor, tiny_states[:6], PromptConfig())
+    padded, (packed,) = _compare(model, processor, tiny_states[:6], PromptConfig())
     lengths = padded["attention_mask"].sum(dim=1)
     assert len(set(lengths.tolist())) > 1  # rows of different lengths: the padded batch has padding
     # each sample's text positions restart at 0; the 3-D rope rows equal them (text only)
     text = packed["position_ids"][0, 0]
     assert int((text == 0).sum()) == 6 and torch.equal(packed["position_ids"][1, 0], text)
+
+
+def test_budget_packed_text_step_with_all_token_loss_and_left_padding_gives_the_padded_step(
+    tiny_checkpoint, tiny_states
+):
+    """Loss on every token, the tiny tokenizer padding on the left: a shorter row's first real token follows
+    padding and is left unlabelled, as a packed sample's first token is (it follows another sample)."""
+    model, processor = load_model({"path": str(tiny_checkpoint), "dtype": "float32"})
+    assert processor.tokenizer.padding_side == "left"
+    padded, packed = _compare(model, processor, tiny_states[:8], PromptConfig(), "all", budget=600)
+    real = padded["attention_mask"].bool()
+    assert not real[:, 0].all()  # left padding: some rows start later
+    first = real.int().argmax(dim=1)
+    assert (padded["labels"][torch.arange(len(first)), first] == IGNORE_INDEX).all()
+    counts = sorted(int((b["position_ids"][0, 0] == 0).sum()) for b in packed)
+    assert len(packed) > 1 and len(set(counts)) > 1  # several micro-batches of different sample counts
 
 
 def test_packed_screenshot_batch_with_lora_and_weighted_loss_gives_the_padded_loss_and_gradients(
@@ -66,11 +97,43 @@ def test_packed_screenshot_batch_with_lora_and_weighted_loss_gives_the_padded_lo
     model, processor = load_model(
         {"path": str(released_checkpoint), "dtype": "float32", "lora": {"r": 4, "dropout": 0.0}}
     )
-    padded, packed = _compare(model, processor, screenshot_states[:4], SCREENSHOTS, "all", 4.0)
+    padded, (packed,) = _compare(model, processor, screenshot_states[:4], SCREENSHOTS, "all", 4.0)
     assert torch.equal(packed["image_grid_thw"], padded["image_grid_thw"])
     # the image's rope positions are 3-D (height and width differ from time inside the image)
     rope = packed["position_ids"][1:, 0]
     assert not torch.equal(rope[0], rope[1])
+
+
+def test_budget_packed_screenshot_step_with_lora_gives_the_padded_step(
+    released_checkpoint, screenshot_states
+):
+    """Screenshot samples (253-292 tokens) with a LoRA policy, assistant-only loss, split by a 600-token budget
+    into micro-batches of 2, 2 and 1 samples: each keeps its images and grids, the step its loss and gradients."""
+    model, processor = load_model(
+        {"path": str(released_checkpoint), "dtype": "float32", "lora": {"r": 4, "dropout": 0.0}}
+    )
+    padded, packed = _compare(model, processor, screenshot_states[:5], SCREENSHOTS, budget=600)
+    assert sorted(len(b["image_grid_thw"]) for b in packed) == [1, 2, 2]
+    assert torch.equal(
+        torch.cat([b["image_grid_thw"] for b in packed]).sum(0), padded["image_grid_thw"].sum(0)
+    )
+
+
+def test_split_by_tokens_fills_micro_batches_to_the_budget_and_to_a_given_count():
+    lengths = [300, 120, 950, 80, 400, 260, 120, 700]
+    groups = split_by_tokens(lengths, 1000)
+    assert sorted(i for g in groups for i in g) == list(range(8))  # every sample once, none dropped
+    assert all(sum(lengths[i] for i in g) <= 1000 for g in groups)
+    assert len(groups) == 3  # 2,930 tokens: three micro-batches is the least
+    over = split_by_tokens([1500, 200, 300], 1000)  # a sample over the budget: a micro-batch of its own
+    assert sorted(over) == [[0], [1, 2]]
+    for count in range(3, 9):  # as many as another process needs, all non-empty, still within the budget
+        forced = split_by_tokens(lengths, 1000, count)
+        assert len(forced) == count and all(forced)
+        assert sorted(i for g in forced for i in g) == list(range(8))
+        assert all(sum(lengths[i] for i in g) <= 1000 for g in forced)
+    with pytest.raises(ValueError, match="cannot split 8 samples into 9"):
+        split_by_tokens(lengths, 1000, 9)
 
 
 def test_samples_attend_only_within_themselves_under_every_attention(tiny_checkpoint, tiny_states):

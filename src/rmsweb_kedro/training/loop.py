@@ -11,9 +11,9 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy traine
 
 - deterministic data order: each epoch is a permutation seeded by ``seed + epoch``, sharded across processes, so a
   resumed run sees exactly the micro-batches the interrupted one would have seen;
-- gradient accumulation (``no_sync`` on all but the last micro-batch), mixed precision (Accelerate), gradient
-  clipping, AdamW with decay on matrices only, linear warmup then cosine decay (``learning_rate_at``), optional
-  gradient checkpointing;
+- gradient accumulation over the step's micro-batches (``no_sync`` on all but the last), mixed precision
+  (Accelerate), gradient clipping, AdamW with decay on matrices only, linear warmup then cosine decay
+  (``learning_rate_at``), optional gradient checkpointing;
 - evaluation loss every ``eval_every`` steps, sharded across processes (and an optional ``eval_fn`` for other
   metrics, run once: on the main process and broadcast, or on every process when the weights are sharded);
 - ``save_state`` checkpoints every ``save_every`` steps and at the end; ``resume=True`` continues from the last
@@ -47,7 +47,7 @@ micro-batch of the step on *every* process, so a token weighs the same whichever
    micro-batches and processes (the step's token-mean loss) and ``train/<name>_tokens`` as the step totals.
 
 A batch without ``loss_tokens`` (toy losses in tests) keeps the simple rule: ``loss_fn`` returns the micro-batch
-mean and micro-batches weigh equally (``loss / gradient_accumulation_steps``). Every other metric a ``loss_fn``
+mean and the step's micro-batches weigh equally (``loss / micro-batches``). Every other metric a ``loss_fn``
 returns is averaged over the step's micro-batches and over processes (every process returns the same names), so
 the history is the same on every rank. Evaluation (``evaluate``) gives each batch its own counts as
 ``step_tokens`` (a batch mean) and averages the batches weighted by their samples.
@@ -92,6 +92,12 @@ class LoopConfig(BaseModel):
     max_steps: int = Field(default=200, ge=0, description="optimizer steps")
     batch_size: int = Field(default=16, ge=1, description="samples per micro-batch, per process")
     gradient_accumulation_steps: int = Field(default=1, ge=1)
+    micro_batch_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="None: a micro-batch is batch_size samples; a number: the step's samples re-split into "
+        "micro-batches of at most this many real tokens (packed batches; the trainer gives sample_tokens)",
+    )
     updates_per_batch: int = Field(
         default=1, ge=1, description="mu: optimizer steps on each sampled (rolled-out) batch"
     )
@@ -212,23 +218,67 @@ def _optimizer(model, config: LoopConfig):
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=config.betas)
 
 
-def _micro_batches(
-    samples: Sequence[Any], config: LoopConfig, rank: int, world: int, start: int
-) -> Iterator[list[Any]]:
-    """This process's micro-batches, forever, from micro-batch number ``start`` on (epochs reshuffled)."""
+def _micro_batches(count: int, config: LoopConfig, rank: int, world: int, start: int) -> Iterator[list[int]]:
+    """The sample indices (of ``count`` samples) of this process's micro-batches of ``batch_size`` samples,
+    forever, from micro-batch number ``start`` on (epochs reshuffled)."""
     import torch
 
-    per_epoch = max(1, len(samples) // (config.batch_size * world))
+    per_epoch = max(1, count // (config.batch_size * world))
     epoch, skip = divmod(start, per_epoch)
     while True:
         generator = torch.Generator().manual_seed(config.seed + epoch)
-        order = torch.randperm(len(samples), generator=generator).tolist()
+        order = torch.randperm(count, generator=generator).tolist()
         if len(order) < config.batch_size * world:  # fewer samples than one global batch: repeat them
             order = (order * math.ceil(config.batch_size * world / len(order)))[: config.batch_size * world]
         for batch_index in range(skip, per_epoch):
             first = (batch_index * world + rank) * config.batch_size
-            yield [samples[i] for i in order[first : first + config.batch_size]]
+            yield order[first : first + config.batch_size]
         epoch, skip = epoch + 1, 0
+
+
+def split_by_tokens(lengths: Sequence[int], budget: int, count: int | None = None) -> list[list[int]]:
+    """Positions of ``lengths`` grouped into micro-batches of at most ``budget`` tokens each, first-fit decreasing
+    (longest first, each into the first micro-batch it fits; ties by position, so the split is deterministic); a
+    length over the budget gets a micro-batch of its own, never dropped or cut. ``count`` (from the first-fit count
+    up to ``len(lengths)``): exactly that many non-empty micro-batches, the one holding most samples halved (its
+    samples dealt alternately by length) until there are enough; halves of a micro-batch stay within its budget.
+    Each micro-batch lists its positions in their original order."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    loads: list[int] = []
+    for i in order:
+        slot = next((g for g, load in enumerate(loads) if load + lengths[i] <= budget), None)
+        if slot is None:
+            groups.append([i])
+            loads.append(lengths[i])
+        else:
+            groups[slot].append(i)
+            loads[slot] += lengths[i]
+    if count is not None:
+        if not len(groups) <= count <= len(lengths):
+            raise ValueError(
+                f"cannot split {len(lengths)} samples into {count} micro-batches of at most {budget} tokens "
+                f"(first-fit decreasing needs {len(groups)})"
+            )
+        while len(groups) < count:
+            largest = max(range(len(groups)), key=lambda g: (len(groups[g]), -g))
+            group = groups.pop(largest)  # in decreasing length: dealt alternately, the halves balance
+            groups[largest:largest] = [group[0::2], group[1::2]]
+    return [sorted(group) for group in groups]
+
+
+def _step_split(
+    chunks: list[list[int]], length: Callable[[int], int], budget: int, accelerator
+) -> list[list[int]]:
+    """A step's micro-batches of sample indices (``chunks``, ``batch_size`` each) re-split by ``budget`` tokens, as
+    many on this process as on the one needing most (one all-gather)."""
+    import torch
+
+    indices = [i for chunk in chunks for i in chunk]
+    lengths = [length(i) for i in indices]
+    needed = torch.tensor([len(split_by_tokens(lengths, budget))], device=accelerator.device)
+    count = int(accelerator.gather(needed).max())
+    return [[indices[p] for p in group] for group in split_by_tokens(lengths, budget, count)]
 
 
 def _count_tokens(batch: dict[str, Any]) -> int:
@@ -425,6 +475,7 @@ def train_loop(
     accelerator=None,
     rollout: Rollout | None = None,
     job: dict[str, Any] | None = None,
+    sample_tokens: Callable[[Any], int] | None = None,
 ) -> LoopResult:
     """Train ``model`` for ``config.max_steps`` optimizer steps (or until ``max_seconds``); see the module doc.
 
@@ -432,7 +483,9 @@ def train_loop(
     returns extra metrics at each evaluation, logged as they are named (e.g. ``{'eval/val/step_success_rate': 0.4}``).
     Pass ``accelerator`` to share one (e.g. to build the model under it); by default one is made from ``config``.
     ``rollout``: see the module doc (it receives the prepared model, e.g. DDP-wrapped). ``job``: the trainer's own
-    settings, part of the run's identity (:func:`run_identity`) that ``resume`` checks.
+    settings, part of the run's identity (:func:`run_identity`) that ``resume`` checks. ``sample_tokens(sample)``:
+    the real tokens a training sample's micro-batch row holds (needed by ``micro_batch_tokens``; called once a
+    sample).
     """
     import torch
     from accelerate.utils import set_seed
@@ -440,6 +493,12 @@ def train_loop(
 
     if not len(train_samples):
         raise ValueError("train_loop: no training samples")
+    budget = config.micro_batch_tokens
+    if budget is not None and sample_tokens is None:
+        raise ValueError(
+            f"loop.micro_batch_tokens {budget}: this trainer gives no sample_tokens to measure samples by (SFT "
+            "does; Salvage-DS does not): set loop.micro_batch_tokens: null"
+        )
     accelerator = accelerator or make_accelerator(config)
     set_seed(config.seed)
     output_dir = Path(config.output_dir)
@@ -452,11 +511,12 @@ def train_loop(
         model.config.use_cache = False
     optimizer = _optimizer(model, config)
     model, optimizer = accelerator.prepare(model, optimizer)
+    mu, accum = config.updates_per_batch, config.gradient_accumulation_steps
     if _sharded(accelerator):
-        if accelerator.distributed_type.name == "DEEPSPEED" and config.gradient_accumulation_steps > 1:
+        if accelerator.distributed_type.name == "DEEPSPEED" and (accum > 1 or budget is not None):
             raise ValueError(
-                "under DeepSpeed keep loop.gradient_accumulation_steps: 1 (the engine would step every micro-batch "
-                "and rescale the loss itself); raise loop.batch_size instead"
+                "under DeepSpeed keep loop.gradient_accumulation_steps: 1 and loop.micro_batch_tokens: null (the "
+                "engine would step every micro-batch and rescale the loss itself); raise loop.batch_size instead"
             )
         # transformers turns on synced generation (synced_gpus) for modules carrying this flag (torch's
         # fully_shard sets it; set for every sharded case, ZeRO-3 included): a process that finishes its replies
@@ -476,7 +536,6 @@ def train_loop(
     if not config.resume and accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
         shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
     accelerator.wait_for_everyone()
-    mu, accum = config.updates_per_batch, config.gradient_accumulation_steps
     #: the micro-batches of the sampled batch being trained on, as rolled out; None between batches
     pending: list[dict[str, Any]] | None = None
     checkpoints = _checkpoints(output_dir) if config.resume else []
@@ -503,6 +562,27 @@ def train_loop(
                 _to_device(b, accelerator.device) for b in torch.load(saved, weights_only=False)
             ]  # our own file, written by _save_checkpoint
 
+    lengths: dict[int, int] = {}
+
+    def length(index: int) -> int:
+        """A training sample's tokens, measured once (an over-long one is logged once, and trained alone)."""
+        if index not in lengths:
+            lengths[index] = int(sample_tokens(train_samples[index]))
+            if lengths[index] > budget:
+                logger.warning(
+                    "training sample %d has %d tokens, over loop.micro_batch_tokens %d: it is trained in a "
+                    "micro-batch of its own (raise the budget if that runs out of memory)",
+                    index, lengths[index], budget,
+                )  # fmt: skip
+        return lengths[index]
+
+    def step_batches() -> list[dict[str, Any]]:
+        """The next sampled batch's micro-batches, collated and rolled out."""
+        chunks = [next(batches) for _ in range(accum)]
+        if budget is not None:
+            chunks = _step_split(chunks, length, budget, accelerator)
+        return [rolled_out([train_samples[i] for i in chunk]) for chunk in chunks]
+
     def rolled_out(samples: list[Any]) -> dict[str, Any]:
         batch = _to_device(collate(samples), accelerator.device)
         if rollout is None:
@@ -511,7 +591,7 @@ def train_loop(
             return rollout(model, batch)
 
     batches = _micro_batches(
-        train_samples,
+        len(train_samples),
         config,
         accelerator.process_index,
         accelerator.num_processes,
@@ -532,23 +612,28 @@ def train_loop(
             group["lr"] = lr
         sums: dict[str, float] = {}
         if pending is None:
-            pending = [rolled_out(next(batches)) for _ in range(accum)]
+            pending = step_batches()
+        micros = len(pending)  # the same on every process
         step_tokens = _step_tokens(pending, accelerator)
         # shares of the step's token mean (module docstring), or equal-weight micro-batch means
-        scale = accelerator.num_processes if step_tokens is not None else 1.0 / accum
+        scale = accelerator.num_processes if step_tokens is not None else 1.0 / micros
+        step_real = 0
         for micro, batch in enumerate(pending):
-            window_tokens += _count_tokens(batch)
+            step_real += _count_tokens(batch)
             if step_tokens is not None:
                 batch["step_tokens"] = step_tokens
-            syncing = micro == accum - 1  # all-reduce gradients only once per optimizer step
+            syncing = micro == micros - 1  # all-reduce gradients only once per optimizer step
             with nullcontext() if syncing else accelerator.no_sync(model):
                 loss, metrics = loss_fn(model, batch)
                 accelerator.backward(loss * scale)
             sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * (
-                1.0 if step_tokens else 1.0 / accum
+                1.0 if step_tokens else 1.0 / micros
             )
             for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + float(value) / accum
+                sums[key] = sums.get(key, 0.0) + float(value) / micros
+        window_tokens += step_real
+        if budget is not None:  # to tune the budget: how many micro-batches, how full (mean over processes)
+            sums |= {"micro_batches": float(micros), "micro_batch_fill": step_real / (micros * budget)}
         sums = _mean_over_processes(sums, {"loss"} if step_tokens is not None else set(), accelerator)
         sums |= {f"{name}_tokens": count for name, count in (step_tokens or {}).items()}
         grad_norm = (

@@ -60,6 +60,7 @@ class SFTConfig(BaseModel):
     #: the weighted token mean, so the reply's share of the gradient grows without changing what is learned from).
     reply_weight: float = Field(1.0, gt=0)
     #: ``padded`` or ``packed`` micro-batches (module docstring); the loss and its normalisation are the same.
+    #: ``packed`` with ``loop.micro_batch_tokens``: micro-batches filled to a token budget (``training.loop``).
     batching: Literal["padded", "packed"] = "padded"
     #: None: train in this process. A name: ``accelerate launch --config_file <accelerate_dir>/<name>.yaml``.
     launch: str | None = None
@@ -71,6 +72,16 @@ class SFTConfig(BaseModel):
             raise ValueError(
                 f"reply_weight {self.reply_weight} weighs replies against observation tokens, which only "
                 f"loss_on='all' trains on (loss_on={self.loss_on!r}): set reply_weight: 1"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _budget_needs_packed(self) -> SFTConfig:
+        if self.loop.micro_batch_tokens is not None and self.batching != "packed":
+            raise ValueError(
+                f"loop.micro_batch_tokens {self.loop.micro_batch_tokens} fills micro-batches to a token budget, "
+                f"which only packed rows hold (batching={self.batching!r}: padded rows would cost the longest "
+                "row times the samples): set batching: packed, or loop.micro_batch_tokens: null"
             )
         return self
 
@@ -144,8 +155,8 @@ class SFTCollator:
         self.reply_weight = reply_weight
         self.rope_index = rope_index
 
-    def __call__(self, states: list[dict[str, Any]]) -> dict[str, Any]:
-        import torch
+    def _encode(self, states: list[dict[str, Any]]) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+        """``(conversations, the processor's padded batch of them)``, screenshots included."""
         from PIL import Image
 
         processor = self.processor
@@ -156,7 +167,19 @@ class SFTCollator:
         images = [
             Image.open(path).convert("RGB") for messages in conversations for path in image_paths(messages)
         ]
-        batch = dict(processor(text=texts, images=images or None, padding=True, return_tensors="pt"))
+        return conversations, dict(
+            processor(text=texts, images=images or None, padding=True, return_tensors="pt")
+        )
+
+    def sample_tokens(self, state: dict[str, Any]) -> int:
+        """The tokens ``state`` holds in a batch (image pads expanded, no padding): the loop's ``sample_tokens``."""
+        return int(self._encode([state])[1]["input_ids"].shape[1])
+
+    def __call__(self, states: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        processor = self.processor
+        conversations, batch = self._encode(states)
         labels = torch.full_like(batch["input_ids"], IGNORE_INDEX)
         weighted = self.loss_on == "all" and self.reply_weight != 1.0
         weights = torch.zeros(labels.shape) if weighted else None  # 0 on padding
@@ -180,15 +203,18 @@ class SFTCollator:
                     "rendered conversation holds no assistant reply"
                 )
             labels[row, real] = ids.masked_fill(~keep, IGNORE_INDEX)
-        batch["labels"] = labels
+        # A row's first token is never predicted from its own sample: left padding would otherwise supervise it
+        # from the padding (under loss_on="all"), which the packed row, where it follows another sample, cannot.
+        first = batch["attention_mask"].cumsum(dim=1) == 1
+        batch["labels"] = labels.masked_fill(first, IGNORE_INDEX)
         if weighted:
-            batch["label_weights"] = weights
+            batch["label_weights"] = weights.masked_fill(first, 0.0)
         if self.rope_index is not None:
             return pack_batch(batch, self.rope_index)
         if weighted:
-            batch["loss_tokens"] = {"label": float(weights[:, 1:].sum())}
+            batch["loss_tokens"] = {"label": float(batch["label_weights"][:, 1:].sum())}
         else:
-            batch["loss_tokens"] = {"label": int((labels[:, 1:] != IGNORE_INDEX).sum())}
+            batch["loss_tokens"] = {"label": int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())}
         return batch
 
 
@@ -198,8 +224,8 @@ def pack_batch(batch: dict[str, Any], rope_index) -> dict[str, Any]:
     rows 1-3 the multimodal rope positions ``rope_index`` gives the padded batch), the image inputs as they are (in
     sample order already), ``logits_to_keep`` (1, tokens): True where the next token of the same sample is
     supervised, and ``labels`` (and ``label_weights``) flat, one per kept position. ``loss_tokens`` counts the
-    supervised tokens but each sample's first (never predicted), as the padded batch does, except that a left-padded
-    batch under ``loss_on="all"`` also counts a shorter row's first token, predicted from padding."""
+    supervised tokens but each sample's first (never predicted: :class:`SFTCollator` leaves it unlabelled whatever
+    the padding side), so it equals the padded batch's count and the two give the same loss."""
     import torch
 
     real = batch["attention_mask"].bool()
@@ -215,9 +241,10 @@ def pack_batch(batch: dict[str, Any], rope_index) -> dict[str, Any]:
     )
     lengths = real.sum(dim=1).tolist()
     text = torch.cat([torch.arange(n) for n in lengths])
-    labels = batch["labels"].masked_fill(real.cumsum(dim=1) == 1, IGNORE_INDEX)[real]  # first tokens: no loss
+    # each sample's first token is unlabelled (the collator), so no position targets the next sample's token
+    labels = batch["labels"][real]
     keep = torch.zeros_like(labels, dtype=torch.bool)
-    keep[:-1] = labels[1:] != IGNORE_INDEX  # a sample's first token is -100: no target across samples
+    keep[:-1] = labels[1:] != IGNORE_INDEX
     packed = {
         "input_ids": ids[real][None],
         "position_ids": torch.cat([text[None], rope[:, real]])[:, None],
@@ -276,7 +303,14 @@ def run_sft(
     )
     with packed_attention(model) if packed else nullcontext():
         return train_loop(
-            model, train_states, collate, sft_loss, config.loop, eval_samples=val_states, eval_fn=eval_fn
+            model,
+            train_states,
+            collate,
+            sft_loss,
+            config.loop,
+            eval_samples=val_states,
+            eval_fn=eval_fn,
+            sample_tokens=collate.sample_tokens,
         )
 
 
