@@ -24,7 +24,7 @@ from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.training.launch import launch_command, run_launched
 from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import SalvageDSJob, SalvageDSParams, train_salvage_ds
-from rmsweb_kedro.training.sft import SFTConfig, run_sft
+from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, run_sft
 
 PROMPT = PromptConfig(observation=["screenshot", "axtree"], history_k=1)
 TOLERANCE = 1e-3
@@ -155,16 +155,24 @@ def test_fsdp2_on_two_cpu_processes_trains_sft_like_one(
     assert (tmp_path / "cpu_2proc_fsdp2" / "checkpoints").is_dir()  # save_state of the sharded run
 
 
+#: FSDP2's micro-batches packed to 550 tokens: the screenshot samples have 253-292 tokens, so a process holding
+#: two samples of 292 needs two micro-batches where the other fits its two in one (and splits them to match).
+BUDGET = 550
+
+
 @pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP with LoRA, FSDP2 with full weights
 def test_two_processes_train_packed_sft_like_one_padded(
     launch, tmp_path, released_checkpoint, screenshot_states, one_process_sft
 ):
     """Packed micro-batches (``sft.training.batching: packed``) on two processes give the one-process padded run's
     per-step losses, label counts and gradient norms (the same tolerance: the paths differ in summation order only;
-    tests/sft/test_packing.py compares the gradients of one batch tensor by tensor)."""
+    tests/sft/test_packing.py compares the gradients of one batch tensor by tensor). Under FSDP2 they are packed to
+    a token budget (``loop.micro_batch_tokens``), as many on both processes (each forward gathers the shards)."""
     from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.training.loop import _micro_batches, split_by_tokens
 
     states, steps = screenshot_states[:12], 2
+    budget = {"micro_batch_tokens": BUDGET} if launch == "cpu_2proc_fsdp2" else {}
     reference, checkpoint = one_process_sft.history[:steps], released_checkpoint
     if launch == "cpu_2proc":  # LoRA: base + adapter saved (as the node does), the reference trained from it
         model, processor = load_model({"path": str(released_checkpoint), "lora": {"r": 4, "dropout": 0.0}})
@@ -177,13 +185,24 @@ def test_two_processes_train_packed_sft_like_one_padded(
         )
         reference = reference.history
     launched = _launched_sft(tmp_path, launch, checkpoint, states, "packed", max_steps=steps, batch_size=2,
-                             resume=False, save_checkpoints=False)  # fmt: skip
+                             resume=False, save_checkpoints=False, **budget)  # fmt: skip
     assert launched.step == steps
     assert _losses(launched.history) == pytest.approx(_losses(reference), rel=TOLERANCE)
     for key in ("train/label_tokens", "train/grad_norm"):
         assert [r[key] for r in launched.history] == pytest.approx([r[key] for r in reference], rel=TOLERANCE)
     if launch == "cpu_2proc":
         assert (tmp_path / launch / "final" / "adapter").is_dir()  # trained as LoRA
+    else:  # each process's own first-fit count, from the loop's data order; both ran the larger
+        processor = load_model({"path": str(checkpoint)})[1]
+        lengths = [SFTCollator(processor, PROMPT).sample_tokens(state) for state in states]
+        order = [
+            _micro_batches(len(states), LoopConfig(output_dir="-", batch_size=2), r, 2, 0) for r in (0, 1)
+        ]
+        own = [
+            [len(split_by_tokens([lengths[i] for i in next(o)], BUDGET)) for o in order] for _ in range(steps)
+        ]
+        assert any(len(set(counts)) > 1 for counts in own)  # a step where one process needs more
+        assert [r["train/micro_batches"] for r in launched.history] == [max(counts) for counts in own]
 
 
 def test_fsdp2_generation_of_different_lengths_on_the_two_processes(

@@ -3,6 +3,7 @@ processes under ``accelerate launch`` (gloo on CPU) train a step."""
 
 import json
 import subprocess
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -50,22 +51,42 @@ class _Interrupt(Exception):
     pass
 
 
-def test_interrupted_run_resumes_with_step_and_history(tmp_path, tiny_checkpoint, tiny_states):
+@pytest.mark.parametrize("budget", [None, 400])  # micro-batches of 4 samples; of at most 400 tokens
+def test_interrupted_run_resumes_with_step_and_history(tmp_path, tiny_checkpoint, tiny_states, budget):
+    """With a token budget (``loop.micro_batch_tokens``, packed) a step's 4 samples (177-213 tokens) are re-split
+    into micro-batches of 1-2 samples; the resumed run continues with the same micro-batches."""
+    from rmsweb_kedro.modeling import packed_attention, rope_index
     from rmsweb_kedro.training.loop import train_loop
+
+    seen: dict[str, list[int]] = {"reference": [], "interrupted": []}
 
     def run(output, loss_fn, resume=True):
         model, processor = load_model({"path": str(tiny_checkpoint)})
         config = _config(tmp_path / output, max_steps=6, save_every=2, resume=resume, batch_size=4)
-        collate = SFTCollator(processor, config.prompt, config.loss_on)
-        return train_loop(model, tiny_states, collate, loss_fn, config.loop)
+        packing = budget is not None
+        if packing:
+            config.loop.micro_batch_tokens = budget
+        collate = SFTCollator(
+            processor, config.prompt, config.loss_on, rope_index=rope_index(model) if packing else None
+        )
+
+        def recorded(model, batch):  # the micro-batches as trained: their tokens
+            seen[output].append(int(batch["input_ids"].numel()))
+            return loss_fn(model, batch)
+
+        with packed_attention(model) if packing else nullcontext():
+            return train_loop(
+                model, tiny_states, collate, recorded, config.loop, sample_tokens=collate.sample_tokens
+            )
 
     reference = run("reference", sft_loss)
 
     calls = {"n": 0}
+    before = int(sum(row.get("train/micro_batches", 1) for row in reference.history[:4]))  # steps 1-4's
 
     def crashing_loss(model, batch):
         calls["n"] += 1
-        if calls["n"] == 5:  # during step 5: the last checkpoint is step 4
+        if calls["n"] == before + 1:  # during step 5: the last checkpoint is step 4
             raise _Interrupt
         return sft_loss(model, batch)
 
@@ -78,6 +99,13 @@ def test_interrupted_run_resumes_with_step_and_history(tmp_path, tiny_checkpoint
     losses = [row["train/loss"] for row in resumed.history]
     expected = [row["train/loss"] for row in reference.history]
     assert losses == pytest.approx(expected, rel=1e-4)
+    # the micro-batches of the resumed run (the crashed one trained again from the checkpoint) are the reference's
+    assert seen["interrupted"][:before] + seen["interrupted"][before + 1 :] == seen["reference"]
+    if budget is not None:
+        counts = [row["train/micro_batches"] for row in reference.history]
+        assert len(seen["reference"]) == sum(counts) and min(counts) > 1  # split by the budget
+        assert [row["train/micro_batches"] for row in resumed.history] == counts
+        assert max(seen["reference"]) <= budget
 
 
 @pytest.mark.slow
