@@ -17,8 +17,10 @@ What it runs (about a minute on one H200 at either size; figures in docs/trainin
 2. real screenshots: the sandbox sites served locally and opened in headless Chromium at 1280x800 (about 1,000
    visual tokens each), turned into STATE rows with their accessibility tree;
 3. SFT steps through ``training.sft.run_sft`` (assistant-only loss found by rendering, the screenshot in every
-   sample, bf16, gradient checkpointing): full weights, then LoRA (r 16), each with padded and then with packed
-   micro-batches (``sft.training.batching``; ``--sft-batching`` picks), and the ratio packed / padded;
+   sample, bf16, gradient checkpointing): full weights, then LoRA (r 16), each with padded, packed and
+   budget-packed micro-batches (``sft.training.batching``; ``budget``: packed with ``loop.micro_batch_tokens`` =
+   ``--sft-micro-batch-tokens``, the step's samples re-split by tokens; ``--sft-batching`` picks), and the ratios
+   to padded;
 4. Salvage-DS steps with G = 8 through ``training.salvage_ds.train_salvage_ds`` on the LoRA policy (sampling and
    the training forward both with the image; beta > 0, so pi_ref is the policy with its adapter disabled), with the
    ``hf`` sampler and, given ``--vllm-python``, the ``served`` one (vLLM on the same GPU, the adapter reloaded after
@@ -39,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+#: sft.training.batching, and "budget": packed with loop.micro_batch_tokens (--sft-micro-batch-tokens)
+SFT_BATCHINGS = ["padded", "packed", "budget"]
 SIZES = {  # the text and vision towers of the released checkpoints (their config.json)
     "2b": {  # Qwen3-VL-2B-Instruct
         "vocab_size": 4096,
@@ -183,9 +187,16 @@ def main() -> None:
     parser.add_argument(
         "--sft-batching",
         nargs="+",
-        choices=["padded", "packed"],
-        default=["padded", "packed"],
-        help="SFT batchings to run, each for --sft-steps steps (sft.training.batching)",
+        choices=SFT_BATCHINGS,
+        default=SFT_BATCHINGS,
+        help="SFT batchings to run, each for --sft-steps steps (sft.training.batching; budget: packed to "
+        "--sft-micro-batch-tokens)",
+    )
+    parser.add_argument(
+        "--sft-micro-batch-tokens",
+        type=int,
+        default=8192,
+        help="loop.micro_batch_tokens of the budget batching (4 samples of ~2.5k tokens: 2 micro-batches)",
     )
     parser.add_argument("--rl-steps", type=int, default=3)
     parser.add_argument("--group-size", type=int, default=8, help="G")
@@ -263,21 +274,28 @@ def main() -> None:
         if lora is not None:
             model = add_lora(model, lora)
         speeds = {}
-        for batching in args.sft_batching:  # the same steps padded and packed (sft.training.batching)
+        for batching in args.sft_batching:  # the same steps padded, packed, packed to a budget
+            budget = args.sft_micro_batch_tokens if batching == "budget" else None
             config = SFTConfig(
                 prompt=prompt,
                 loss_on="assistant",
-                batching=batching,
-                loop=loop(f"{name} {batching}", steps[0], args.batch_size, 1e-5),
+                batching="packed" if budget else batching,
+                loop=loop(f"{name} {batching}", steps[0], args.batch_size, 1e-5).model_copy(
+                    update={"micro_batch_tokens": budget}
+                ),
             )
             with Meter(device) as meter:
                 result = run_sft(model, processor, states, [], config)
             model = result.model
             speeds[batching] = tokens = steady_tokens_per_s(result.history, warmup)
             loss = result.history[-1]["train/loss"]
-            report(f"{name}, {batching}", meter, tokens, n_params, peak, f"{steps[0]} steps, loss {loss:.3f}")
-        if len(speeds) == 2:
-            print(f"{name}: packed / padded tokens/s {speeds['packed'] / speeds['padded']:.2f}", flush=True)
+            note = f"{steps[0]} steps, loss {loss:.3f}"
+            if budget:
+                note += f", {result.history[-1]['train/micro_batches']:.0f} micro-batches a step"
+            report(f"{name}, {batching}", meter, tokens, n_params, peak, note)
+        for other in ("packed", "budget"):
+            if other in speeds and "padded" in speeds:
+                print(f"{name}: {other} / padded tokens/s {speeds[other] / speeds['padded']:.2f}", flush=True)
 
     algorithm = SalvageDSParams(
         group_size=args.group_size, max_new_tokens=32, beta=0.04, c_low=0.0, c_high=1.0

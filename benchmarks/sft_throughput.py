@@ -1,8 +1,9 @@
-"""SFT training throughput: our loop with padded and with packed batches (``sft.training.batching``) against
-TRL's SFTTrainer in its padding-free setting, same tiny model, samples, batch size.
+"""SFT training throughput: our loop with padded batches, packed batches (``sft.training.batching``) and packed to
+a token budget (``budget``: ``loop.micro_batch_tokens``) against TRL's SFTTrainer in its padding-free setting, same
+tiny model, samples, batch size.
 
     .venv/bin/python benchmarks/sft_throughput.py [--steps 30] [--batch-size 16] [--warmup 5] \
-        [--states data/05_model_input/sft/sft_states_train_augmented.parquet]
+        [--micro-batch-tokens 2048] [--states data/05_model_input/sft/sft_states_train_augmented.parquet]
 
 The data: ``--states``, the STATE rows of a default run's SFT (its augmented training states), or else the test
 fixtures' states (``tests.fixtures_model.make_states``, whose rows are all about the same length); the prompt is the
@@ -14,10 +15,13 @@ GPU), on the same saved tiny checkpoint and the same states, assistant-only loss
 Tokens/s counts the real (non-padding) tokens of the samples each trainer consumed after ``--warmup`` steps,
 over the time of those steps, by the wall clock and by this process's CPU time (on a shared machine the CPU time is
 the steadier figure: other load stretches the wall clock, not the work). The padding fraction is the share of the tokens a forward computes that are padding,
-over the trained micro-batches. TRL runs with ``padding_free=True`` (its batches flattened into one row with
+over the trained micro-batches. ``budget`` trains each step's same samples re-split into micro-batches of at most
+``--micro-batch-tokens`` real tokens (first-fit decreasing, gradients accumulated); its figures include measuring
+each sample's tokens once (the loop's ``sample_tokens``; a full run pays it once a sample, not once an epoch), and
+it prints the mean micro-batches a step and how full they are. TRL runs with ``padding_free=True`` (its batches flattened into one row with
 restarting ``position_ids``, the setting its docs recommend over ``packing`` for SFT on whole samples; on the CPU it
 attends through transformers' dense block-diagonal mask, as it has no FlashAttention there). Prints the figures and
-the ratios packed / padded (target >= 1.3) and packed / TRL. The machine's CPU may be shared: compare figures from
+the ratios packed / padded and budget / padded (target >= 1.3) and against TRL. The machine's CPU may be shared: compare figures from
 the same run only.
 """
 
@@ -35,7 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINERS = ("padded", "packed", "trl")  # trl: SFTTrainer with padding_free=True
+TRAINERS = ("padded", "packed", "budget", "trl")  # budget: packed to --micro-batch-tokens; trl: padding_free
 sys.path.insert(0, str(ROOT))
 
 
@@ -105,29 +109,52 @@ def run_ours(checkpoint: str, args) -> dict:
             "resume": False,
             "save_every": 0,
             "warmup_steps": 2,
+            "micro_batch_tokens": args.micro_batch_tokens if args.child == "budget" else None,
         },
         loss_on="assistant",
-        batching=args.child,
+        batching="padded" if args.child == "padded" else "packed",
     )
     packed = config.batching == "packed"
     collate = SFTCollator(
         processor, config.prompt, config.loss_on, rope_index=rope_index(model) if packed else None
     )
     marks: list[tuple[float, float]] = []
-    computed = {"tokens": 0, "padding": 0}
+    computed = {"tokens": 0, "padding": 0, "measuring_s": 0.0}
+    last = {"call": "loss"}
 
-    def timed_loss(model, batch):  # called once at the start of each step (no accumulation)
-        marks.append(_clock())
+    def timed_collate(samples):  # a step collates all its micro-batches, then trains on them: a mark a step
+        if last["call"] == "loss":
+            marks.append(_clock())
+        last["call"] = "collate"
+        return collate(samples)
+
+    def timed_loss(model, batch):
+        last["call"] = "loss"
         real = int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
         computed["tokens"] += batch["input_ids"].numel()
         computed["padding"] += batch["input_ids"].numel() - real
         return sft_loss(model, batch)
 
+    def sample_tokens(state):
+        started = time.perf_counter()
+        tokens = collate.sample_tokens(state)
+        computed["measuring_s"] += time.perf_counter() - started
+        return tokens
+
     with packed_attention(model) if packed else contextlib.nullcontext():
-        result = train_loop(model, states, collate, timed_loss, config.loop)
+        result = train_loop(
+            model, states, timed_collate, timed_loss, config.loop, sample_tokens=sample_tokens
+        )
     marks.append(_clock())
     figures = _figures(processor, states, args, marks[args.warmup :], result.history[-1]["train/loss"])
-    return figures | {"padding": computed["padding"] / computed["tokens"]}
+    figures |= {"padding": computed["padding"] / computed["tokens"], "measuring_s": computed["measuring_s"]}
+    if args.child == "budget":
+        timed = result.history[args.warmup :]
+        figures |= {
+            "micro_batches": sum(r["train/micro_batches"] for r in timed) / len(timed),
+            "fill": sum(r["train/micro_batch_fill"] for r in timed) / len(timed),
+        }
+    return figures
 
 
 def _figures(processor, states, args, marks: list[tuple[float, float]], final_loss) -> dict:
@@ -226,6 +253,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=2048,
+        help="budget's loop.micro_batch_tokens (16 default-run samples are ~3.3k tokens: ~2 micro-batches)",
+    )
     parser.add_argument("--samples", type=int, help="states used (default: all of --states, else 240)")
     parser.add_argument("--states", help="a parquet of STATE rows (a default run's SFT training states)")
     parser.add_argument(
@@ -279,6 +312,8 @@ def main() -> None:
             str(args.warmup),
             "--batch-size",
             str(args.batch_size),
+            "--micro-batch-tokens",
+            str(args.micro_batch_tokens),
             *(["--samples", str(args.samples)] if args.samples else []),
             *(["--states", args.states] if args.states else []),
             *(["--threads", str(args.threads)] if args.threads else []),
@@ -291,12 +326,24 @@ def main() -> None:
             raise SystemExit(f"{name} failed:\n{done.stderr[-4000:]}")
         results[name] = json.loads(line[len("RESULT ") :])
         figures = results[name]
+        budget = (
+            f"   {figures['micro_batches']:.2f} micro-batches a step, {figures['fill']:.0%} full, measuring "
+            f"samples {figures['measuring_s']:.1f} s"
+            if name == "budget"
+            else ""
+        )
         print(
             f"{name:7s} tokens/s {figures['tokens_per_s']:7.0f} (per CPU-s {figures['tokens_per_cpu_s']:7.0f})   padding {figures['padding']:6.1%}   "
-            f"peak memory {figures['peak_memory_mb']:8.0f} MiB   final loss {figures['final_loss']:.3f}",
+            f"peak memory {figures['peak_memory_mb']:8.0f} MiB   final loss {figures['final_loss']:.3f}{budget}",
             flush=True,
         )
-    pairs = [("packed", "padded", " (target >= 1.3)"), ("packed", "trl", ""), ("padded", "trl", "")]
+    pairs = [
+        ("packed", "padded", " (target >= 1.3)"),
+        ("budget", "padded", " (target >= 1.3)"),
+        ("budget", "packed", ""),
+        ("packed", "trl", ""),
+        ("padded", "trl", ""),
+    ]
     for key in ("tokens_per_s", "tokens_per_cpu_s"):
         ratios = [
             f"{a}/{b} {results[a][key] / results[b][key]:.2f}{note}"
@@ -306,7 +353,8 @@ def main() -> None:
         print(f"{key}: " + ", ".join(ratios))
     threads = args.threads or "default"
     print(
-        f"steps {args.steps}, batch {args.batch_size}, {len(_states(args))} states, torch threads {threads}"
+        f"steps {args.steps}, batch {args.batch_size}, budget {args.micro_batch_tokens} tokens, "
+        f"{len(_states(args))} states, torch threads {threads}, load average {os.getloadavg()[0]:.1f}"
     )
 
 
