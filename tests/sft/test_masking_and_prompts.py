@@ -34,10 +34,13 @@ def test_labels_cover_exactly_the_assistant_reply(processor, tiny_states):
 
 
 def test_loss_on_all_labels_every_real_token(processor, tiny_states):
+    """Every real token but a row's first, which nothing of its own sample predicts (left padding precedes it)."""
     batch = SFTCollator(processor, PromptConfig(), loss_on="all")([tiny_states[0], tiny_states[4]])
     real = batch["attention_mask"].bool()
-    assert (batch["labels"][real] == batch["input_ids"][real]).all()
-    assert (batch["labels"][~real] == IGNORE_INDEX).all()
+    predicted = real & (real.cumsum(dim=1) > 1)
+    assert not real[:, 0].all()  # left padding: a row starts after padding
+    assert (batch["labels"][predicted] == batch["input_ids"][predicted]).all()
+    assert (batch["labels"][~predicted] == IGNORE_INDEX).all()
     assert "label_weights" not in batch  # reply_weight 1: the plain token mean
 
 
@@ -56,6 +59,7 @@ def test_reply_weight_weighs_exactly_the_reply_and_the_loss_is_the_weighted_mean
     weighted = SFTCollator(processor, PromptConfig(), loss_on="all", reply_weight=4.0)(states)
     reply = SFTCollator(processor, PromptConfig(), loss_on="assistant")(states)["labels"] != IGNORE_INDEX
     real = weighted["attention_mask"].bool()
+    real &= real.cumsum(dim=1) > 1  # a row's first token is not predicted: weight 0
     weights = weighted["label_weights"]
     assert (
         (weights[reply] == 4.0).all()
