@@ -69,9 +69,10 @@ PARAMS = SalvageDSParams(mode="salvage_ds", group_size=4, max_new_tokens=16, tem
 
 @pytest.fixture(scope="module")
 def sampler(policy, tmp_path_factory):
-    """The module's managed server, started by the first sample (as the stage starts it)."""
+    """The module's managed server, started as the stage starts it, serving the policy's adapter (version 1)."""
     model, processor, _, prompt = policy
     served = ServedSampler(server_config(), tmp_path_factory.mktemp("served"), processor, prompt, PARAMS)
+    served.sync(model)
     yield served
     served.close()
 
