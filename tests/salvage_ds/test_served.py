@@ -228,34 +228,38 @@ def test_a_resumed_served_run_samples_with_the_resumed_adapter(policy, sampler, 
         )  # fmt: skip
 
 
-@pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP, FSDP2 (both with LoRA)
-def test_two_processes_sample_from_the_server_the_main_process_starts(launch, policy, served_run, tmp_path):
-    """``accelerate launch`` with 2 CPU processes (gloo) and the served sampler, managed: the main process starts
-    vLLM, loads each step's adapter, every process samples its own state from it. Per step both processes' groups
-    record the same policy version (1, 2, 3), and the losses are the one-process served run's (same global batch:
-    2 states, one a process) within 1e-3 (the runs differ in summation order and in the seeds of the near-greedy
-    sampling, as the one-process served and hf runs do)."""
-    import polars as pl
-
+@pytest.mark.parametrize(
+    "launch,managed", [("cpu_2proc", True), ("cpu_2proc_fsdp2", False)]
+)  # DDP with the server the main process starts; FSDP2 (adapter gathered from shards) on the module's server
+def test_two_processes_sample_from_the_main_processs_server(
+    launch, managed, policy, sampler, served_run, tmp_path
+):
+    """``accelerate launch`` with 2 CPU processes (gloo), a LoRA policy and the served sampler: the main process
+    starts vLLM (managed) or attaches, loads each step's adapter, every process samples its own state from it.
+    Per step both processes' groups record the same policy version (1, 2, 3), and the losses are the one-process
+    served run's (same global batch: 2 states, one a process) within 1e-3 (the runs differ in summation order and
+    in the seeds of the near-greedy sampling, as the one-process served and hf runs do). The job is the node's
+    (``launch_job``), with its load config (``launch_load``: eager attention, float32)."""
     from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.pipelines.salvage_ds.nodes import SalvageDSNodeParams, launch_job
     from rmsweb_kedro.training.launch import run_launched
-    from rmsweb_kedro.training.salvage_ds import SalvageDSJob
 
     model, processor, states, prompt = policy
-    save_checkpoint(
-        model, processor, tmp_path / "policy"
-    )  # base + adapter, as the node does before launching
-    pl.from_dicts(states, infer_schema_length=None).write_parquet(tmp_path / "train.parquet")
-    loop = loop_config(tmp_path, launch, **(SHORT_LOOP | {"batch_size": 1}))
-    config = SalvageDSJob(
+    work = tmp_path / "launch"
+    save_checkpoint(model, processor, work / "policy")  # base + adapter, as the node does before launching
+    pl_frame(states).write_parquet(work / "train.parquet")
+    server = server_config() if managed else ServerConfig(base_url=sampler.server.base_url)
+    config = SalvageDSNodeParams(
         algorithm=SHORT,
-        loop=loop,
+        sampler=SamplerConfig(kind="served", server=server),
+        loop=loop_config(tmp_path, launch, **(SHORT_LOOP | {"batch_size": 1})),
         prompt=prompt,
-        sampler=SamplerConfig(kind="served", server=server_config()),
+        launch=launch,
+        launch_load={"attn_implementation": "eager", "dtype": "float32"},
     )
-    job = {"model_dir": str(tmp_path / "policy"), "train_path": str(tmp_path / "train.parquet"), "splits": {},
-           "output_dir": loop.output_dir, "config": config.model_dump(mode="json")}  # fmt: skip
-    launched = run_launched(launch, "conf/base/accelerate", "rmsweb_kedro.training.salvage_ds", job)
+    launched = run_launched(
+        launch, "conf/base/accelerate", "rmsweb_kedro.training.salvage_ds", launch_job(work, [], config)
+    )
     straight, straight_dir = served_run
     assert launched.step == 3 and losses(launched) == pytest.approx(losses(straight), abs=1e-3)
     groups = group_records(tmp_path / launch)
@@ -263,7 +267,13 @@ def test_two_processes_sample_from_the_server_the_main_process_starts(launch, po
         (b, rank, b + 1) for b in range(3) for rank in (0, 1)
     ]
     assert sorted(g["state_id"] for g in groups) == sorted(g["state_id"] for g in group_records(straight_dir))
-    assert (tmp_path / launch / "served" / "vllm_server.log").exists()  # started by the main process, stopped
+    assert (tmp_path / launch / "served" / "vllm_server.log").exists() == managed  # the main process's server
+
+
+def pl_frame(rows):
+    import polars as pl
+
+    return pl.from_dicts(rows, infer_schema_length=None)
 
 
 def test_a_full_weight_policy_is_refused_with_the_reason(policy, tmp_path):
