@@ -737,6 +737,8 @@ class ServedSampler(_Versioned):
         where = f"state {state.state_id!r}, adapter {self.adapter} at {self.server.base_url}"
         if sample.fatal:
             down = "" if self.server.alive() else f"; {self.server.describe_failure()}"
+            if down and not self.main and not self.config.base_url:
+                down += f" (the main process's server: its log is {self.work_dir / 'vllm_server.log'})"
             raise ServerError(f"sampling failed ({where}): {sample.error}{down}")
         if not sample.completion_ids:
             raise ServerError(
