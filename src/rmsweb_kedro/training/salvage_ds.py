@@ -641,7 +641,8 @@ class ServedSampler(_Versioned):
 
         return tuple(broadcast_object_list(list(values), from_process=0))
 
-    def _sharded(self) -> bool:
+    def _shards(self) -> bool:
+        """FSDP2: no process holds the weights whole (DeepSpeed is refused by ``train_salvage_ds``)."""
         return self.accelerator is not None and self.accelerator.distributed_type.name == "FSDP"
 
     def _start(self, policy) -> None:
@@ -652,7 +653,7 @@ class ServedSampler(_Versioned):
             self.server = VLLMServer(self.config).attach() if self.main else None
         else:
             # the base weights the adapter applies to; sharded: gathered by every process (a collective)
-            weights = self.accelerator.get_state_dict(policy) if self._sharded() else None
+            weights = self.accelerator.get_state_dict(policy) if self._shards() else None
             if self.main:
                 base = self.work_dir / "base"
                 save_checkpoint(policy, self.processor, base, state_dict=weights)
@@ -664,7 +665,7 @@ class ServedSampler(_Versioned):
     def _adapter_weights(self, policy) -> dict[str, torch.Tensor] | None:
         """The trainable (LoRA) weights, full: gathered from their shards under FSDP2 (every process takes part,
         only these weights travel); None when this process holds them whole (``save_pretrained`` reads them)."""
-        if not self._sharded():
+        if not self._shards():
             return None
         return {
             name: (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().cpu()
