@@ -154,3 +154,17 @@ def test_samples_attend_only_within_themselves_under_every_attention(tiny_checkp
                 for b in alone
             ]
         assert torch.allclose(whole.logits[0], torch.cat(parts), atol=1e-4), implementation
+
+
+def test_a_token_budget_needs_packed_rows_and_a_trainer_that_measures_samples(tmp_path):
+    from rmsweb_kedro.training.loop import LoopConfig, train_loop
+    from rmsweb_kedro.training.sft import SFTConfig
+
+    loop = {"output_dir": str(tmp_path), "micro_batch_tokens": 4096}
+    with pytest.raises(ValueError, match="only packed rows hold .* set batching: packed"):
+        SFTConfig(loop=loop, batching="padded")
+    assert SFTConfig(loop=loop, batching="packed").loop.micro_batch_tokens == 4096
+    with pytest.raises(ValueError, match="gives no sample_tokens .* set loop.micro_batch_tokens: null"):
+        train_loop(
+            None, [{"state_id": "s"}], lambda s: {}, sft_loss, LoopConfig(**loop)
+        )  # before any model use
