@@ -178,3 +178,27 @@ def test_the_same_short_sft_twice_saves_the_same_checkpoint_bytes(tmp_path, tiny
         hashes.append(directory_sha256(tmp_path / attempt / "saved")[0])
     assert hashes[0] == hashes[1]
     assert hashes[2] != hashes[0]  # the hash sees the weights: three steps changed them
+
+
+def test_samples_over_the_token_budget_train_alone_and_are_logged_once(
+    tmp_path, tiny_checkpoint, tiny_states, caplog
+):
+    """A budget under every sample's length (177-213 tokens): each sample is a micro-batch of its own, none dropped
+    or cut, and each is logged once although the second epoch meets it again."""
+    model, processor = load_model({"path": str(tiny_checkpoint)})
+    states = tiny_states[:4]
+    loop = _config(tmp_path, max_steps=2, batch_size=4, save_checkpoints=False).loop
+    config = SFTConfig(
+        loop=loop.model_copy(update={"micro_batch_tokens": 100}), loss_on="all", batching="packed"
+    )
+    with caplog.at_level("WARNING", logger="rmsweb_kedro.training.loop"):
+        result = run_sft(model, processor, states, [], config)
+    assert [row["train/micro_batches"] for row in result.history] == [
+        4,
+        4,
+    ]  # two epochs of the same 4 samples
+    assert [row["train/label_tokens"] for row in result.history] == [
+        result.history[0]["train/label_tokens"]
+    ] * 2
+    over = [r for r in caplog.records if "over loop.micro_batch_tokens 100" in r.getMessage()]
+    assert len(over) == 4
