@@ -20,7 +20,9 @@ Two batchings of the same micro-batch (``batching``), the same samples, labels a
   ``modeling.packed_attention``, the samples as rows of one causal call; ``eager``: transformers' block-diagonal
   mask). The LM head runs
   only at positions whose next token is supervised (``logits_to_keep``), so no logits are built for prompts or
-  padding.
+  padding. With ``loop.micro_batch_tokens`` the loop re-splits each step's samples into packed micro-batches of at
+  most that many tokens (``training.loop.split_by_tokens``), each sample measured by
+  :meth:`SFTCollator.sample_tokens`.
 
 Entry point for several processes (the ``sft`` node starts it when ``launch`` is configured)::
 
