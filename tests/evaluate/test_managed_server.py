@@ -23,23 +23,30 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """(checkpoint dataset value, its directory, states, prompt): a LoRA checkpoint saved and loaded back."""
+    """(checkpoint dataset value, its directory, states, prompt, the replies without the adapter): a LoRA
+    checkpoint saved and loaded back. The adapter is moved off zero far enough to change the greedy replies (the
+    fine-tuned base answers ``click(6)`` everywhere; with it each state gets its own reply), so a server of the base
+    alone would not pass."""
     import torch
 
     from rmsweb_kedro.datasets.checkpoint import CheckpointDataset
+    from rmsweb_kedro.pipelines.evaluate.nodes import predict_offline
 
     model, processor, trained, prompt = lora_tiny()
+    states = pl.DataFrame(trained, schema=STATE_SCHEMA)  # the 8 states the base was fine-tuned on
+    params = {"policy": {"kind": "hf", "prompt": prompt.model_dump(), "max_new_tokens": 16, "batch_size": 8}}
+    with model.disable_adapter():
+        base_replies = predict_offline(states, (model, processor), params, "base")["reply"].to_list()
     torch.manual_seed(2)
-    with torch.no_grad():  # an adapter that changes the policy: serving the base alone would not pass
+    with torch.no_grad():
         for name, weight in model.named_parameters():
             if "lora_B" in name:
-                weight.add_(0.05 * torch.randn_like(weight))
+                weight.add_(0.14 * torch.randn_like(weight))
     directory = tmp_path_factory.mktemp("ckpt") / "sft_model"
     dataset = CheckpointDataset(str(directory))
     dataset.save((model, processor))
     assert (directory / "adapter" / "adapter_config.json").exists()
-    states = pl.DataFrame(trained[:6], schema=STATE_SCHEMA)  # states it was fine-tuned on: some right
-    return dataset.load(), directory, states, prompt.model_dump()
+    return dataset.load(), directory, states, prompt.model_dump(), base_replies
 
 
 def server(**changes) -> dict:
@@ -66,18 +73,19 @@ def test_evaluate_offline_on_a_managed_server_equals_the_in_process_policy(check
     from rmsweb_kedro.evaluation import offline_metrics
     from rmsweb_kedro.pipelines.evaluate.nodes import predict_offline
 
-    model, directory, states, prompt = checkpoint
+    model, directory, states, prompt, base_replies = checkpoint
     policy = {"prompt": prompt, "max_new_tokens": 16, "batch_size": 8}
     local = predict_offline(states, model, {"policy": {"kind": "hf", **policy}}, "sft")
     logs = tmp_path / "servers"
     served_params = {"policy": {"kind": "openai", "server": server(), **policy}, "server_logs": str(logs)}
     served = predict_offline(states, model, served_params, "sft")
 
-    assert served["reply"].to_list() == local["reply"].to_list()  # greedy, token for token
+    replies = served["reply"].to_list()
+    assert replies == local["reply"].to_list()  # greedy, token for token
     assert offline_metrics(served).drop("model").equals(offline_metrics(local).drop("model"))
-    assert (
-        local["step_success"].sum() > 0
-    )  # the fine-tuned policy gets some right: the comparison says something
+    assert served.drop("model").equals(local.drop("model"))  # every scored column, state by state
+    # the adapter was served (not the base alone), and the replies differ by state: the comparison says something
+    assert replies != base_replies and len(set(replies)) > 2
     log = (logs / "sft_offline.log").read_text()  # kept
     assert "lora_modules" in log and "sft-base" in log  # the adapter served as `sft`, beside its base
     assert running(directory) == []  # stopped at the node's end: no process serves the checkpoint any more
@@ -86,7 +94,7 @@ def test_evaluate_offline_on_a_managed_server_equals_the_in_process_policy(check
 def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_path):
     from rmsweb_kedro.pipelines.mining.nodes import prepare_corpus, probe_offline
 
-    model, directory, states, prompt = checkpoint
+    model, directory, states, prompt, _ = checkpoint
     params = {
         "scoring": {"k": 4, "max_new_tokens": 16, "batch_size": 4},
         "policy": {"kind": "openai", "prompt": prompt, "server": server()},
@@ -107,7 +115,7 @@ def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_p
 def test_a_bad_python_names_the_parameter(checkpoint, tmp_path):
     from rmsweb_kedro.pipelines.evaluate.nodes import predict_offline
 
-    model, _, states, prompt = checkpoint
+    model, _, states, prompt, _ = checkpoint
     params = {
         "policy": {"kind": "openai", "prompt": prompt, "server": server(python=str(tmp_path / "no-python"))},
         "server_logs": str(tmp_path / "servers"),
