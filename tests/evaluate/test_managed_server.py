@@ -7,7 +7,6 @@ and loaded back by the real checkpoint dataset: so the server serves the adapter
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import polars as pl
@@ -15,10 +14,8 @@ import pytest
 
 from rmsweb_kedro.schema import STATE_SCHEMA
 from rmsweb_kedro.serving import ServerError
-from tests.salvage_ds.conftest import lora_tiny
+from tests.salvage_ds.conftest import lora_tiny, make_states
 from tests.salvage_ds.test_served import server_config
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +66,7 @@ def running(directory: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_evaluate_offline_on_a_managed_server_equals_the_in_process_policy(checkpoint, tmp_path):
     from rmsweb_kedro.evaluation import offline_metrics
     from rmsweb_kedro.pipelines.evaluate.nodes import predict_offline
@@ -91,6 +89,7 @@ def test_evaluate_offline_on_a_managed_server_equals_the_in_process_policy(check
     assert running(directory) == []  # stopped at the node's end: no process serves the checkpoint any more
 
 
+@pytest.mark.slow
 def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_path):
     from rmsweb_kedro.pipelines.mining.nodes import prepare_corpus, probe_offline
 
@@ -112,14 +111,46 @@ def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_p
     assert running(directory) == []
 
 
-def test_a_bad_python_names_the_parameter(checkpoint, tmp_path):
+def test_a_bad_python_names_the_parameter(tmp_path):
     from rmsweb_kedro.pipelines.evaluate.nodes import predict_offline
 
-    model, _, states, prompt, _ = checkpoint
+    states = pl.DataFrame(make_states(2), schema=STATE_SCHEMA)
     params = {
-        "policy": {"kind": "openai", "prompt": prompt, "server": server(python=str(tmp_path / "no-python"))},
+        "policy": {"kind": "openai", "server": {"python": str(tmp_path / "no-python")}},
         "server_logs": str(tmp_path / "servers"),
     }
+    (tmp_path / "ckpt").mkdir()
     with pytest.raises(ServerError, match=r"evaluate\.policy\.server\.python is .*no-python.*vllm_env\.sh"):
-        predict_offline(states, model, params, "base")
-    assert os.listdir(tmp_path) == []  # nothing started, no log
+        predict_offline(states, str(tmp_path / "ckpt"), params, "base")
+    assert not (tmp_path / "servers").exists()  # nothing started, no log
+
+
+def test_a_managed_server_is_asked_for_in_one_place(tmp_path):
+    """The server block is refused where it would be ignored, and a model built in memory (no checkpoint
+    directory to serve) is an error naming the parameter."""
+    from pydantic import ValidationError
+
+    from rmsweb_kedro.agents.factory import PolicySpec, build_policy
+    from rmsweb_kedro.evaluation import EvaluateParams
+    from rmsweb_kedro.serving import serve_checkpoint
+
+    server = {"python": "/usr/bin/python3"}
+    with pytest.raises(ValidationError, match="needs kind: openai and no endpoint"):
+        PolicySpec(kind="hf", server=server)
+    with pytest.raises(ValidationError, match="needs kind: openai and no endpoint"):
+        PolicySpec(kind="openai", server=server, endpoint={"base_url": "http://127.0.0.1:1/v1", "model": "m"})
+    with pytest.raises(ValidationError, match="evaluate.served names servers you run"):
+        EvaluateParams(
+            policy={"kind": "openai", "server": server},
+            served={"sft": {"base_url": "http://127.0.0.1:1/v1", "model": "sft"}},
+        )
+    with pytest.raises(ValueError, match="only the mining and evaluate stages start a server"):
+        build_policy({"kind": "openai", "server": server})  # live, a model teacher: an endpoint you run
+    spec = PolicySpec(kind="openai", server=server)
+    with pytest.raises(
+        ServerError, match=r"mining\.policy\.server: the model to serve has no checkpoint dir"
+    ):
+        with serve_checkpoint(
+            spec.server, (object(), None), "sft", tmp_path / "x.log", "mining.policy.server"
+        ):
+            pass
