@@ -52,7 +52,9 @@ class PolicySpec(BaseModel):
     #: as in training (null: 4 characters a token).
     tokenizer: str | None = None
     #: openai, in mining and evaluate: the vLLM server the stage starts for the checkpoint it scores (``python``:
-    #: vLLM's venv; serving.ServerConfig), instead of ``endpoint``; the tokenizer is then the checkpoint's.
+    #: vLLM's venv; serving.ServerConfig), instead of ``endpoint``; the tokenizer is then the checkpoint's. The served
+    #: name is the stage's (the model label; ``sft`` in mining) and requests at once ``batch_size``: the block's
+    #: ``model`` and ``concurrency`` are the Salvage-DS sampler's only.
     server: ServerConfig | None = None
 
     @model_validator(mode="after")
