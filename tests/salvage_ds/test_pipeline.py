@@ -87,3 +87,31 @@ def test_node_passes_the_sft_model_through_without_states(sft_tiny, tmp_path):
     empty = pl.DataFrame(schema=STATE_SCHEMA)
     rmsweb_model, metrics, report = train_rmsweb_model((model, processor), empty, empty, params)
     assert rmsweb_model.model is model and metrics.height == 0 and "skipped" in report
+
+
+def test_the_launched_job_loads_the_policy_with_every_launch_load_field(tmp_path, tiny_checkpoint):
+    """``salvage_ds.launch_load`` reaches the launched processes: the job the node writes (``launch_job``) loads
+    (``training.launch.load_job_model``, what the entry point calls) with its attention and dtype, the LoRA adapter
+    the node saved with the base still trainable; the fields the stage sets itself are refused by name."""
+    import torch
+
+    from rmsweb_kedro.modeling import load_model, save_checkpoint
+    from rmsweb_kedro.pipelines.salvage_ds.nodes import SalvageDSNodeParams, launch_job
+    from rmsweb_kedro.training.launch import load_job_model
+
+    model, processor = load_model({"path": str(tiny_checkpoint), "lora": {"r": 4}})
+    save_checkpoint(model, processor, tmp_path / "policy")  # as the node does before launching
+    loop = {"output_dir": str(tmp_path / "run")}
+    load = {"attn_implementation": "eager", "dtype": "bfloat16"}
+    job = launch_job(tmp_path, ["val"], SalvageDSNodeParams(loop=loop, launch="cpu_2proc", launch_load=load))
+    launched, _ = load_job_model(job)
+    assert launched.config._attn_implementation == "eager"
+    assert launched.get_base_model().model.language_model.embed_tokens.weight.dtype == torch.bfloat16
+    assert launched.peft_config["default"].r == 4
+    assert any(p.requires_grad for n, p in launched.named_parameters() if "lora_" in n)
+    plain, _ = load_job_model(launch_job(tmp_path, [], SalvageDSNodeParams(loop=loop)))
+    assert plain.config._attn_implementation == "sdpa"  # LoadConfig's default, as in one process
+    with pytest.raises(ValueError, match=r"launch_load: \['path'\] are set by the stage"):
+        SalvageDSNodeParams(loop=loop, launch_load={"path": "/elsewhere"})
+    with pytest.raises(ValueError, match="attn_impl"):
+        SalvageDSNodeParams(loop=loop, launch_load={"attn_impl": "eager"})

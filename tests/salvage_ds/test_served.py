@@ -69,9 +69,10 @@ PARAMS = SalvageDSParams(mode="salvage_ds", group_size=4, max_new_tokens=16, tem
 
 @pytest.fixture(scope="module")
 def sampler(policy, tmp_path_factory):
-    """The module's managed server, started by the first sample (as the stage starts it)."""
+    """The module's managed server, started as the stage starts it, serving the policy's adapter (version 1)."""
     model, processor, _, prompt = policy
     served = ServedSampler(server_config(), tmp_path_factory.mktemp("served"), processor, prompt, PARAMS)
+    served.sync(model)
     yield served
     served.close()
 
@@ -147,18 +148,21 @@ def test_the_trainer_recomputes_the_servers_log_probabilities(policy, sampler):
     assert len({tuple(s.completion_ids) for _, s in samples}) > 8  # sampled, not one greedy reply
 
 
-def short_run(policy, tmp_path, name: str, sampler_config: SamplerConfig):
-    """3 steps of salvage_ds (mu = 1) at a near-greedy temperature, from a copy of the policy."""
+#: The short runs' settings: salvage_ds (mu = 1) at a near-greedy temperature, one round, 3 steps of 2 states.
+SHORT = PARAMS.model_copy(update={"temperature": 0.01, "max_rounds": 1})
+SHORT_LOOP = dict(max_steps=3, batch_size=2, learning_rate=3e-2, save_every=0)
+
+
+def short_run(policy, tmp_path, name: str, sampler_config: SamplerConfig, **loop):
+    """A short run (``SHORT``, ``SHORT_LOOP`` with ``loop`` changes) from a copy of the policy."""
     import copy
 
     model, processor, states, prompt = policy
     torch.manual_seed(0)
-    p = PARAMS.model_copy(update={"temperature": 0.01, "max_rounds": 1})
-    config = loop_config(tmp_path, name, max_steps=3, batch_size=2, learning_rate=3e-2, save_every=0)
-    result = train_salvage_ds(
-        copy.deepcopy(model), processor, states, p, config, prompt, sampler=sampler_config
+    config = loop_config(tmp_path, name, **(SHORT_LOOP | loop))
+    return train_salvage_ds(
+        copy.deepcopy(model), processor, states, SHORT, config, prompt, sampler=sampler_config
     )
-    return result
 
 
 def group_records(output_dir: Path) -> list[dict]:
@@ -167,20 +171,109 @@ def group_records(output_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (output_dir / "groups.jsonl").read_text().splitlines()]
 
 
-def test_a_short_run_matches_the_in_process_sampler(policy, sampler, tmp_path):
+def losses(result) -> list[float]:
+    return [row["train/loss"] for row in result.history if "train/loss" in row]
+
+
+@pytest.fixture(scope="module")
+def served_run(policy, sampler, tmp_path_factory):
+    """The one-process served short run (attached to the module's server) and its output dir."""
+    output = tmp_path_factory.mktemp("one_process")
     attached = SamplerConfig(kind="served", server=ServerConfig(base_url=sampler.server.base_url))
-    served = short_run(policy, tmp_path, "served", attached)
+    return short_run(policy, output, "served", attached), output / "served"
+
+
+def test_a_short_run_matches_the_in_process_sampler(policy, served_run, tmp_path):
+    served, served_dir = served_run
     local = short_run(policy, tmp_path, "hf", SamplerConfig())
-    losses = [row["train/loss"] for row in served.history if "train/loss" in row]
-    assert len(losses) == 3
-    assert losses == pytest.approx(
-        [row["train/loss"] for row in local.history if "train/loss" in row], abs=1e-3
-    )
+    assert len(losses(served)) == 3
+    assert losses(served) == pytest.approx(losses(local), abs=1e-3)
     # every step's groups were sampled by the adapter of the weights that step started from (groups.jsonl)
-    served_groups, local_groups = (group_records(tmp_path / name) for name in ("served", "hf"))
+    served_groups, local_groups = group_records(served_dir), group_records(tmp_path / "hf")
     assert [g["policy_version"] for g in served_groups] == [1, 1, 2, 2, 3, 3]
     assert [g["state_id"] for g in served_groups] == [g["state_id"] for g in local_groups]
     assert all(row["train/reload_seconds"] > 0 for row in served.history if "train/loss" in row)
+
+
+def test_a_resumed_served_run_samples_with_the_resumed_adapter(policy, sampler, served_run, tmp_path):
+    """Stopped after its step-2 checkpoint and resumed: the versions in groups.jsonl go on rising (not back to 1),
+    the server gets the checkpoint's adapter (the file it loaded holds the resumed LoRA weights) and the run
+    continues as the straight one: the same groups and losses. A changed algorithm is refused on resume."""
+    import copy
+
+    from safetensors.torch import load_file
+
+    attached = SamplerConfig(kind="served", server=ServerConfig(base_url=sampler.server.base_url))
+    first = short_run(policy, tmp_path, "run", attached, max_steps=2, save_every=2, resume=True)
+    assert first.step == 2
+    resumed = short_run(policy, tmp_path, "run", attached, resume=True)
+    assert resumed.resumed_from == 2 and resumed.step == 3
+    straight, straight_dir = served_run
+    groups = group_records(tmp_path / "run")
+    assert [g["policy_version"] for g in groups] == [1, 1, 2, 2, 3, 3]
+    assert [(g["state_id"], g["samples"]) for g in groups] == [
+        (g["state_id"], g["samples"]) for g in group_records(straight_dir)
+    ]
+    assert losses(resumed) == pytest.approx(losses(straight), abs=1e-3)
+    # the adapter served at step 3 is the checkpoint's weights (accelerate's model.safetensors of step 2)
+    served = load_file(tmp_path / "run" / "served" / "adapters" / "v3" / "adapter_model.safetensors")
+    saved = load_file(next((tmp_path / "run" / "checkpoints").glob("step_0000002/model.safetensors")))
+    saved = {k.replace(".default", ""): v for k, v in saved.items() if "lora_" in k}
+    assert served.keys() == saved.keys() and all(torch.equal(served[k], saved[k]) for k in served)
+    with pytest.raises(ValueError, match="the job differs in \\['job'\\]"):
+        model, processor, states, prompt = policy
+        train_salvage_ds(
+            copy.deepcopy(model), processor, states, SHORT.model_copy(update={"lam": 0.25}),
+            loop_config(tmp_path, "run", **(SHORT_LOOP | {"resume": True})), prompt, sampler=attached,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "launch,managed", [("cpu_2proc", True), ("cpu_2proc_fsdp2", False)]
+)  # DDP with the server the main process starts; FSDP2 (adapter gathered from shards) on the module's server
+def test_two_processes_sample_from_the_main_processs_server(
+    launch, managed, policy, sampler, served_run, tmp_path
+):
+    """``accelerate launch`` with 2 CPU processes (gloo), a LoRA policy and the served sampler: the main process
+    starts vLLM (managed) or attaches, loads each step's adapter, every process samples its own state from it.
+    Per step both processes' groups record the same policy version (1, 2, 3), and the losses are the one-process
+    served run's (same global batch: 2 states, one a process) within 1e-3 (the runs differ in summation order and
+    in the seeds of the near-greedy sampling, as the one-process served and hf runs do). The job is the node's
+    (``launch_job``), with its load config (``launch_load``: eager attention, float32)."""
+    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.pipelines.salvage_ds.nodes import SalvageDSNodeParams, launch_job
+    from rmsweb_kedro.training.launch import run_launched
+
+    model, processor, states, prompt = policy
+    work = tmp_path / "launch"
+    save_checkpoint(model, processor, work / "policy")  # base + adapter, as the node does before launching
+    pl_frame(states).write_parquet(work / "train.parquet")
+    server = server_config() if managed else ServerConfig(base_url=sampler.server.base_url)
+    config = SalvageDSNodeParams(
+        algorithm=SHORT,
+        sampler=SamplerConfig(kind="served", server=server),
+        loop=loop_config(tmp_path, launch, **(SHORT_LOOP | {"batch_size": 1})),
+        prompt=prompt,
+        launch=launch,
+        launch_load={"attn_implementation": "eager", "dtype": "float32"},
+    )
+    launched = run_launched(
+        launch, "conf/base/accelerate", "rmsweb_kedro.training.salvage_ds", launch_job(work, [], config)
+    )
+    straight, straight_dir = served_run
+    assert launched.step == 3 and losses(launched) == pytest.approx(losses(straight), abs=1e-3)
+    groups = group_records(tmp_path / launch)
+    assert sorted((g["batch"], g["rank"], g["policy_version"]) for g in groups) == [
+        (b, rank, b + 1) for b in range(3) for rank in (0, 1)
+    ]
+    assert sorted(g["state_id"] for g in groups) == sorted(g["state_id"] for g in group_records(straight_dir))
+    assert (tmp_path / launch / "served" / "vllm_server.log").exists() == managed  # the main process's server
+
+
+def pl_frame(rows):
+    import polars as pl
+
+    return pl.from_dicts(rows, infer_schema_length=None)
 
 
 def test_a_full_weight_policy_is_refused_with_the_reason(policy, tmp_path):

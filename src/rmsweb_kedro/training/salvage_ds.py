@@ -75,7 +75,9 @@ The modes (``mode``), each what its name says:
 
 Several processes: ``accelerate launch ... -m rmsweb_kedro.training.salvage_ds --job JOB.json`` (the
 ``salvage_ds`` node starts it when ``launch`` names a config; ``training.launch``, the design SFT shares); ``JOB.json``:
-``{"model_dir", "train_path", "splits": {name: path}, "output_dir", "config": SalvageDSJob}``. Under FSDP2 and
+``{"model_dir", "checkpoint", "train_path", "splits": {name: path}, "output_dir", "config": SalvageDSJob}``
+(``checkpoint``: the load config of ``model_dir``, ``training.launch.job_checkpoint``; absent: path and dtype auto).
+The ``served`` sampler runs there too (DDP or FSDP2): the main process serves, every process samples. Under FSDP2 and
 ZeRO-3 the policy's weights are sharded: the loop turns on synced generation, so every process keeps stepping the
 forwards of ``generate`` until the longest reply of any process is done.
 
@@ -601,48 +603,100 @@ class ServedSampler(_Versioned):
 
     The server serves the base checkpoint; before sampling, when the trainable weights changed, the adapter is
     saved to ``work_dir/adapters/v<version>`` and loaded under a new name (``policy-<run>-v<version>``), and the
-    previous one unloaded. Requests name the adapter of the current version, so a group is never sampled by a stale one (a
-    failed load is an error, not a fallback). The replies' token ids (vLLM's ``return_token_ids``) are what the
-    trainer trains on; the server's prompt ids must equal the trainer's. A server that dies or stops answering is
-    a :class:`serving.ServerError` naming its log, after the request's retries (``server.max_retries``)."""
+    previous one unloaded. Requests name the adapter of the current version, so a group is never sampled by a stale
+    one (a failed load is an error, not a fallback). The replies' token ids (vLLM's ``return_token_ids``) are what
+    the trainer trains on; the server's prompt ids must equal the trainer's. A server that dies or stops answering
+    is a :class:`serving.ServerError` naming its log, after the request's retries (``server.max_retries``).
+
+    Several processes (``accelerator`` with ``num_processes > 1``, DDP or FSDP2): the main process starts (or
+    attaches to) the server, saves and loads each version's adapter and unloads the old one; every process gathers
+    the adapter's shards when the weights are sharded (a collective), then waits until the main process has loaded
+    it, and samples its own states from the adapter name the main process broadcast, so no rank samples with a
+    stale one. The version is the main process's, the same on every rank."""
 
     def __init__(
-        self, config: ServerConfig, work_dir: str | Path, processor, prompt_config, p: SalvageDSParams
+        self,
+        config: ServerConfig,
+        work_dir: str | Path,
+        processor,
+        prompt_config,
+        p: SalvageDSParams,
+        accelerator=None,
     ):
         self.config, self.work_dir = config, Path(work_dir)
         self.processor, self.prompt_config, self.p = processor, prompt_config, p
+        self.accelerator = accelerator if accelerator is not None and accelerator.num_processes > 1 else None
+        self.main = self.accelerator is None or self.accelerator.is_main_process
         self.server: VLLMServer | None = None
         self.adapter: str | None = None  # the loaded adapter's name
         self.run = uuid.uuid4().hex[:8]  # adapter names of this run: a shared server may hold another run's
         tokenizer = processor.tokenizer
         self.stop_ids = {tokenizer.convert_tokens_to_ids(tokenizer.eos_token), tokenizer.pad_token_id}
 
-    def _start(self, policy) -> VLLMServer:
+    def _from_main(self, *values):
+        """``values`` as the main process has them, on every process (one process: unchanged)."""
+        if self.accelerator is None:
+            return values
+        from accelerate.utils import broadcast_object_list
+
+        return tuple(broadcast_object_list(list(values), from_process=0))
+
+    def _shards(self) -> bool:
+        """FSDP2: no process holds the weights whole (DeepSpeed is refused by ``train_salvage_ds``)."""
+        return self.accelerator is not None and self.accelerator.distributed_type.name == "FSDP"
+
+    def _start(self, policy) -> None:
+        """The main process starts (managed) or attaches to the server; the others attach once it is healthy."""
         from rmsweb_kedro.modeling import save_checkpoint
 
         if self.config.base_url:
-            return VLLMServer(self.config).attach()
-        base = self.work_dir / "base"
-        save_checkpoint(policy, self.processor, base)  # the base weights the adapter applies to
-        return VLLMServer(self.config, base, self.work_dir / "vllm_server.log").start()
+            self.server = VLLMServer(self.config).attach() if self.main else None
+        else:
+            # the base weights the adapter applies to; sharded: gathered by every process (a collective)
+            weights = self.accelerator.get_state_dict(policy) if self._shards() else None
+            if self.main:
+                base = self.work_dir / "base"
+                save_checkpoint(policy, self.processor, base, state_dict=weights)
+                self.server = VLLMServer(self.config, base, self.work_dir / "vllm_server.log").start()
+        base_url, self.run = self._from_main(self.server.base_url if self.main else None, self.run)
+        if not self.main:  # the main process's server (managed or the user's), for requests and error reports
+            self.server = VLLMServer(self.config.model_copy(update={"base_url": base_url, "python": None}))
+
+    def _adapter_weights(self, policy) -> dict[str, torch.Tensor] | None:
+        """The trainable (LoRA) weights, full: gathered from their shards under FSDP2 (every process takes part,
+        only these weights travel); None when this process holds them whole (``save_pretrained`` reads them)."""
+        if not self._shards():
+            return None
+        return {
+            name: (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().cpu()
+            for name, param in policy.named_parameters()
+            if param.requires_grad
+        }
 
     def sync(self, policy) -> None:
         """Bring the server to the policy's current adapter (nothing to do when the weights did not change)."""
         import shutil
-        import time
 
         if self.server is None:
-            self.server = self._start(policy)
-        if not self._advance(policy) and self.adapter is not None:
+            self._start(policy)
+        changed = self._advance(policy) or self.adapter is None
+        changed, self.version = self._from_main(changed, self.version)  # one decision, the main's version
+        if not changed:
             return
         started = time.perf_counter()
         name = f"policy-{self.run}-v{self.version}"
-        path = self.work_dir / "adapters" / f"v{self.version}"
-        policy.save_pretrained(path)  # peft: the adapter alone
-        self.server.load_adapter(name, path)
-        if self.adapter is not None:
-            self.server.unload_adapter(self.adapter)
-            shutil.rmtree(self.work_dir / "adapters" / f"v{self.version - 1}", ignore_errors=True)
+        weights = self._adapter_weights(policy)
+        if self.main:
+            path = self.work_dir / "adapters" / f"v{self.version}"
+            policy.save_pretrained(path, state_dict=weights)  # peft: the adapter alone
+            self.server.load_adapter(name, path)
+            if self.adapter is not None:
+                self.server.unload_adapter(self.adapter)
+                for old in (self.work_dir / "adapters").glob("v*"):
+                    if old != path:
+                        shutil.rmtree(old, ignore_errors=True)
+        if self.accelerator is not None:  # nobody samples before the main process has loaded the new adapter
+            self.accelerator.wait_for_everyone()
         self.adapter = name
         self.reload_seconds += time.perf_counter() - started
 
@@ -684,6 +738,8 @@ class ServedSampler(_Versioned):
         where = f"state {state.state_id!r}, adapter {self.adapter} at {self.server.base_url}"
         if sample.fatal:
             down = "" if self.server.alive() else f"; {self.server.describe_failure()}"
+            if down and not self.main and not self.config.base_url:
+                down += f" (the main process's server: its log is {self.work_dir / 'vllm_server.log'})"
             raise ServerError(f"sampling failed ({where}): {sample.error}{down}")
         if not sample.completion_ids:
             raise ServerError(
@@ -697,16 +753,19 @@ class ServedSampler(_Versioned):
             )
 
     def close(self) -> None:
-        """Stop a managed server; on a user's server, unload this run's adapter."""
-        if self.server is None:
+        """Stop a managed server; on a user's server, unload this run's adapter (the main process's task)."""
+        if self.server is None or not self.main:
             return
         if self.server.process is None and self.adapter is not None and self.server.alive():
             self.server.unload_adapter(self.adapter)
         self.server.stop()
 
 
-def make_sampler(config: SamplerConfig, policy, processor, prompt_config, p: SalvageDSParams, work_dir):
-    """The :class:`GroupSampler` ``config`` names; ``served`` needs a LoRA policy (see docs/training.md)."""
+def make_sampler(
+    config: SamplerConfig, policy, processor, prompt_config, p: SalvageDSParams, work_dir, accelerator=None
+):
+    """The :class:`GroupSampler` ``config`` names; ``served`` needs a LoRA policy (see docs/training.md) and, with
+    several processes, the run's ``accelerator``."""
     if config.kind == "hf":
         return HFSampler(processor, prompt_config, p)
     from peft import PeftModel
@@ -717,7 +776,7 @@ def make_sampler(config: SamplerConfig, policy, processor, prompt_config, p: Sal
             "each step's adapter at run time. Full-weight updates would go through vLLM's weight-transfer API "
             "(NCCL or IPC between GPUs), which this project does not drive; use sampler.kind 'hf' for full weights"
         )
-    return ServedSampler(config.server, work_dir, processor, prompt_config, p)
+    return ServedSampler(config.server, work_dir, processor, prompt_config, p, accelerator)
 
 
 def _sharded(policy) -> bool:
@@ -778,11 +837,18 @@ class SalvageDSStep:
         self.sampler = sampler or HFSampler(processor, prompt_config, p)
 
     def state_dict(self) -> dict:
-        return {"sampled_actions": self.sampled_actions, "batches": self.batches}
+        return {
+            "sampled_actions": self.sampled_actions,
+            "batches": self.batches,
+            "policy_version": self.sampler.version,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.sampled_actions = int(state["sampled_actions"])
         self.batches = int(state.get("batches", 0))  # absent in checkpoints written before the group log
+        # the version of the checkpoint's last groups: the resumed weights sample as the next one, so the
+        # versions in groups.jsonl go on rising (absent in checkpoints written before the served sampler)
+        self.sampler.version = int(state.get("policy_version", 0))
 
     def _log_groups(self, records: list[dict]) -> None:
         """Append this batch's group records (each process its own, with its rank) to ``group_log``."""
@@ -1089,13 +1155,13 @@ def train_salvage_ds(
         group_log.unlink(missing_ok=True)
     accelerator = accelerator or make_accelerator(loop_config)
     sampler = sampler or SamplerConfig()
-    if sampler.kind == "served" and accelerator.num_processes > 1:
+    if sampler.kind == "served" and accelerator.distributed_type.name == "DEEPSPEED":
         raise ValueError(
-            "sampler.kind 'served' runs with one training process (launch: null): the adapter is saved and "
-            "loaded by the process that trains it"
+            "sampler.kind 'served' runs with one process, DDP or FSDP2 (launch: ddp or fsdp2), not DeepSpeed: "
+            "the served adapter is gathered from FSDP2's shards, which ZeRO-3 does not hold"
         )
     group_sampler = make_sampler(
-        sampler, model, processor, prompt_config, p, Path(loop_config.output_dir) / "served"
+        sampler, model, processor, prompt_config, p, Path(loop_config.output_dir) / "served", accelerator
     )
     step = SalvageDSStep(
         p,
@@ -1107,7 +1173,8 @@ def train_salvage_ds(
         group_log=group_log,
         sampler=group_sampler,
     )
-    accelerator.register_for_checkpointing(step)  # the sampled actions spent (sampled_action_budget)
+    # checkpointed with the loop: the sampled actions spent (sampled_action_budget) and the policy version
+    accelerator.register_for_checkpointing(step)
     try:
         result = train_loop(
             model,
@@ -1118,6 +1185,8 @@ def train_salvage_ds(
             eval_fn=eval_fn,
             accelerator=accelerator,
             rollout=step.rollout,
+            # what resume checks besides the loop's settings: the algorithm and what samples (not where it runs)
+            job={"algorithm": p.model_dump(mode="json"), "sampler": sampler.kind},
         )
     finally:
         group_sampler.close()  # a managed server stops, its log kept
@@ -1140,12 +1209,11 @@ class SalvageDSJob(BaseModel):
 def _main() -> None:
     import polars as pl
 
-    from rmsweb_kedro.modeling import load_model, training_dtype
-    from rmsweb_kedro.training.launch import read_job, save_launched
+    from rmsweb_kedro.training.launch import load_job_model, read_job, save_launched
 
     job = read_job("Salvage-DS under accelerate launch (see module docstring)")
     config = SalvageDSJob.model_validate(job["config"])
-    model, processor = load_model({"path": job["model_dir"], "dtype": training_dtype(job["model_dir"])})
+    model, processor = load_job_model(job)  # every field of its checkpoint: attn_implementation, dtype, ...
     splits = {name: pl.read_parquet(path).to_dicts() for name, path in job["splits"].items()}
     eval_fn = competence_eval_fn(
         splits, config.algorithm, processor, config.prompt, config.eval_samples, config.seed

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.reporting import figure_panels
@@ -37,6 +37,22 @@ class SalvageDSNodeParams(BaseModel):
     #: None: train in this process. A name: ``accelerate launch --config_file <accelerate_dir>/<name>.yaml``.
     launch: str | None = None
     accelerate_dir: str = "conf/base/accelerate"
+    #: launched: how the processes load the SFT policy, ``modeling.LoadConfig``'s fields but path, lora and device
+    #: (``training.launch.job_checkpoint``), e.g. ``{attn_implementation: flash_attention_2, dtype: bfloat16}``
+    launch_load: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _load_fields(self) -> SalvageDSNodeParams:
+        from rmsweb_kedro.modeling import LoadConfig
+
+        reserved = {"path", "lora", "device"} & set(self.launch_load)
+        if reserved:
+            raise ValueError(
+                f"salvage_ds.launch_load: {sorted(reserved)} are set by the stage (the saved SFT policy, its "
+                "adapter, each process's accelerator); remove them"
+            )
+        LoadConfig.model_validate({"path": "-", **self.launch_load})  # names a field it lacks: extra="forbid"
+        return self
 
 
 def split_by_task(
@@ -119,7 +135,6 @@ def _train_launched(
     """Run the Salvage-DS entry point under ``accelerate launch`` (``training.launch``) and load what it saved."""
     from rmsweb_kedro.modeling import save_checkpoint
     from rmsweb_kedro.training.launch import run_launched
-    from rmsweb_kedro.training.salvage_ds import SalvageDSJob
 
     work = Path(config.loop.output_dir) / "launch"
     work.mkdir(parents=True, exist_ok=True)
@@ -129,15 +144,26 @@ def _train_launched(
     for name, rows in splits.items():  # val rows (sft_states_val) may lack the critical states' extra columns
         frame = pl.from_dicts(rows, infer_schema_length=None) if rows else pl.DataFrame()
         frame.write_parquet(work / f"{name}.parquet")
-    fields = set(SalvageDSJob.model_fields)
-    job = {
-        "model_dir": str(work / "policy"),
-        "train_path": str(work / "train.parquet"),
-        "splits": {name: str(work / f"{name}.parquet") for name in splits},
-        "output_dir": config.loop.output_dir,
-        "config": config.model_dump(mode="json", include=fields),
-    }
+    job = launch_job(work, list(splits), config)
     return run_launched(config.launch, config.accelerate_dir, "rmsweb_kedro.training.salvage_ds", job)
+
+
+def launch_job(work: Path, split_names: list[str], config: SalvageDSNodeParams) -> dict[str, Any]:
+    """The job of the launched entry point (``training.salvage_ds._main``) for files under ``work``: the saved
+    policy ``work/policy`` with its load config (``launch_load``), ``train.parquet``, ``<split>.parquet`` and the
+    :class:`SalvageDSJob` fields of ``config``."""
+    from rmsweb_kedro.training.launch import job_checkpoint
+    from rmsweb_kedro.training.salvage_ds import SalvageDSJob
+
+    policy = str(work / "policy")
+    return {
+        "model_dir": policy,
+        "checkpoint": job_checkpoint(policy, {"path": policy, **config.launch_load}),
+        "train_path": str(work / "train.parquet"),
+        "splits": {name: str(work / f"{name}.parquet") for name in split_names},
+        "output_dir": config.loop.output_dir,
+        "config": config.model_dump(mode="json", include=set(SalvageDSJob.model_fields)),
+    }
 
 
 def _by_split(row: dict[str, Any]) -> dict[str, dict[str, float]]:
