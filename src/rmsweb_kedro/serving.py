@@ -109,7 +109,7 @@ class VLLMServer:
         log_path: str | Path = "",
         *,
         adapters: dict[str, str | Path] | None = None,
-        where: str = "sampler.server",
+        where: str = "salvage_ds.sampler.server",
     ):
         """``adapters``: LoRA adapters served from the start (name -> peft adapter directory, ``--lora-modules``);
         ``where``: the parameter block of ``config``, named by error messages."""
@@ -170,7 +170,7 @@ class VLLMServer:
                 "one with `bash scripts/vllm_env.sh`, which prints it; on GPUs a venv with vllm installed)"
                 + (
                     f", or set {self.where}.base_url to a server you run"
-                    if self.where.startswith("sampler")
+                    if "sampler" in self.where
                     else f", or drop {self.where} and set the policy's endpoint to a server you run"
                 )
             )
