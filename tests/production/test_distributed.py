@@ -13,6 +13,7 @@ normalised per micro-batch or per process instead of per optimizer step differs 
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -74,7 +75,7 @@ def one_process_salvage_ds(tmp_path_factory, released_checkpoint, screenshot_sta
     return straight
 
 
-def _launched_sft(tmp_path, launch, checkpoint, states, batching="padded", **loop):
+def _launched_sft(tmp_path, launch, checkpoint, states, batching="padded", val_states=None, **loop):
     loop = LoopConfig(output_dir=str(tmp_path / launch), **loop, **LOOP)
     config = SFTConfig(loop=loop, prompt=PROMPT, batching=batching)
     job = {
@@ -83,6 +84,8 @@ def _launched_sft(tmp_path, launch, checkpoint, states, batching="padded", **loo
         "output_dir": config.loop.output_dir,
         "config": config.model_dump(mode="json"),
     }
+    if val_states:
+        job["val_path"] = _parquet(val_states, tmp_path / "val.parquet")
     return run_launched(launch, "conf/base/accelerate", "rmsweb_kedro.training.sft", job)
 
 
@@ -146,9 +149,12 @@ def test_two_processes_train_salvage_ds_like_one(
 def test_fsdp2_on_two_cpu_processes_trains_sft_like_one(
     tmp_path, released_checkpoint, screenshot_states, one_process_sft
 ):
+    # 5 held-out states in batches of 2: one process evaluates 2 batches, the other 1 (and a second of weight 0,
+    # since sharded weights gather in every forward: without it the run hangs at its final evaluation)
     launched = _launched_sft(tmp_path, "cpu_2proc_fsdp2", released_checkpoint, screenshot_states[:12],
-                             max_steps=3, batch_size=2, resume=False)  # fmt: skip
+                             val_states=screenshot_states[7:12], max_steps=3, batch_size=2, resume=False)  # fmt: skip
     assert launched.step == 3
+    assert math.isfinite(launched.history[-1]["eval/loss"]) and launched.history[-1]["eval/loss"] > 0
     straight = one_process_sft.history[:3]  # constant learning rate: 3 steps of the 4-step run
     assert _losses(launched.history) == pytest.approx(_losses(straight), rel=TOLERANCE)
     assert [r["train/label_tokens"] for r in launched.history] == [r["train/label_tokens"] for r in straight]

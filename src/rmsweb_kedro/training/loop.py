@@ -49,7 +49,8 @@ micro-batch of the step on *every* process, so a token weighs the same whichever
 A batch without ``loss_tokens`` (toy losses in tests) keeps the simple rule: ``loss_fn`` returns the micro-batch
 mean and the step's micro-batches weigh equally (``loss / micro-batches``). Every other metric a ``loss_fn``
 returns is averaged over the step's micro-batches and over processes (every process returns the same names), so
-the history is the same on every rank. Evaluation (``evaluate``) gives each batch its own counts as
+the history is the same on every rank. Evaluation (``evaluate``) runs as many batches on every process (weight-0
+repeats where a process has fewer samples) and gives each batch its own counts as
 ``step_tokens`` (a batch mean) and averages the batches weighted by their samples.
 """
 
@@ -389,10 +390,14 @@ def evaluate(
     rank, world = accelerator.process_index, accelerator.num_processes
     indices = list(range(rank, len(samples), world))
     batches = [indices[i : i + config.batch_size] for i in range(0, len(indices), config.batch_size)]
+    # Every process runs as many batches as the one with most (sharded weights gather in every forward, so a
+    # process that stopped early would leave the others waiting): the missing ones repeat sample 0, weighted 0,
+    # which also gives a process without samples the metric keys every process reduces.
+    count = math.ceil(math.ceil(len(samples) / world) / config.batch_size) or 1
     if config.max_eval_batches is not None:
-        batches = batches[: config.max_eval_batches]
-    # A process without samples still runs one batch, weighted 0, so every process reduces the same metric keys.
-    weighted = [(chunk, len(chunk)) for chunk in batches] or [([0], 0)]
+        count = min(count, config.max_eval_batches)
+    weighted = [(chunk, len(chunk)) for chunk in batches[:count]]
+    weighted += [([0], 0)] * (count - len(weighted))
     totals: dict[str, float] = {}
     with torch.no_grad():
         for chunk, weight in weighted:
