@@ -85,10 +85,10 @@ VAL_TASKS_BEFORE_THE_POOL = ["shop-001", "shop-003", "shop-005", "shop-011", "sh
 
 def test_split_is_by_task_and_stats_count_samples(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "seed": 3})
+    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.0, "seed": 3})
     assert not set(train["task_id"]) & set(val["task_id"])
     assert train.height + val.height == states.height and val["task_id"].n_unique() == 10
-    again = split_by_task(states, {"val_fraction": 0.25, "seed": 3})[1]
+    again = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.0, "seed": 3})[1]
     assert again["state_id"].to_list() == val["state_id"].to_list()
     # 56 characters (14 tokens at 4 a token): the search page fits, results and item pages are cut
     stats = describe_states(train, val, probe, {"prompt": {"axtree_max_tokens": 14}})
@@ -106,7 +106,7 @@ def test_probe_fraction_zero_is_the_two_way_split_with_an_empty_probe_pool(tiny_
     # the same rows, in the same order, as the two-way split Salvage-DS uses
     two_way = states_split_by_task(states, 0.25, 3)
     assert train.equals(two_way[0]) and val.equals(two_way[1])
-    stats = describe_states(train, val, probe, {})
+    stats = describe_states(train, val, probe, {"probe_fraction": 0.0})
     assert stats["probe"]["samples"] == 0 and stats["split"]["probe_fraction"] == 0.0
 
 

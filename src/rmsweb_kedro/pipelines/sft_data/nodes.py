@@ -20,7 +20,7 @@ class SFTDataParams(BaseModel):
 
     val_fraction: float = Field(default=0.2, ge=0, lt=1, description="share of tasks held out for validation")
     #: Share of tasks held out of SFT for mining to probe (``sft_states_probe``); 0: no probe pool.
-    probe_fraction: float = Field(default=0.0, ge=0, lt=1, description="share of tasks held out for mining")
+    probe_fraction: float = Field(default=0.1, ge=0, lt=1, description="share of tasks held out for mining")
     seed: int = 0
     #: The prompt the stats measure: globals.yml's policy_prompt, the one SFT trains with.
     prompt: PromptConfig = Field(default_factory=PromptConfig)
