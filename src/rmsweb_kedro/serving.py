@@ -31,6 +31,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rmsweb_kedro.modeling import ADAPTER_DIR
+
 logger = logging.getLogger(__name__)
 
 
@@ -313,7 +315,7 @@ def serve_checkpoint(
             f"{where}: the model to serve has no checkpoint directory (it was built in memory, not loaded from "
             "a checkpoint dataset); save it first or drop the server (policy kind hf)"
         )
-    adapter = directory / "adapter"  # modeling.ADAPTER_DIR (modeling imports torch: kept out of here)
+    adapter = directory / ADAPTER_DIR
     served = {}
     if adapter.is_dir():
         rank = json.loads((adapter / "adapter_config.json").read_text())["r"]
