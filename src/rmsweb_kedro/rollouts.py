@@ -10,7 +10,9 @@ factories built where the browser lives). This module owns the rest:
   load: ``episodes.run_episode``) and around it (a Ray actor or node that dies mid-episode, an episode past its
   hard time limit). After ``env_retries`` the episode ends ``termination="env_error"``, ``success=None``, never
   counted as the agent's success or failure;
-- the per-episode wall-time limit (:attr:`RolloutConfig.episode_time_limit_s`);
+- the per-episode wall-time limit (:attr:`RolloutConfig.episode_time_limit_s`, judged) and, on both backends, the
+  hard limit past which an episode is given up as an environment error (:func:`hard_limit_s`; a frozen page ends
+  much sooner, in the browser: ``BrowserConfig.hang_timeout_s``);
 - the :class:`Journal`: every finished episode is appended (fsync'd) by the driver as it arrives, so a killed run
   loses only the episodes in flight and a re-run with the same fingerprint resumes;
 - progress (a tqdm bar with the outcome tally); a trajectory's table row is :func:`schema.trajectory_row`.
@@ -66,9 +68,11 @@ from rmsweb_kedro.schema import ENV_TERMINATIONS, CollectionMode, Observation, T
 
 logger = logging.getLogger(__name__)
 
-#: An episode in flight when its Ray actor is killed for running too long gets this much time beyond its wall-time
-#: limit (a step's own timeouts: navigation 15 s, actions 5 s, a slow model reply).
+#: What one model call or one browser step may take beyond a wall-time limit checked before it (a step's own
+#: deadlines: navigation 15 s, actions 5 s, a frozen page 15 s more; a slow model reply): see :func:`hard_limit_s`.
 HANG_GRACE_S = 120.0
+#: How long closing the threads backend waits for its browser threads before it leaves them (their Chromium killed).
+CLOSE_TIMEOUT_S = 60.0
 
 
 class RolloutConfig(BaseModel):
@@ -84,14 +88,14 @@ class RolloutConfig(BaseModel):
     num_cpus: int | None = Field(default=None, ge=1, description="local Ray only: CPUs it may use")
     object_store_mb: int | None = Field(default=None, ge=75, description="local Ray only: object store size")
     cpus_per_browser: float = Field(default=1.0, gt=0, description="ray: CPUs reserved by each browser actor")
-    #: ray, without ``episode_time_limit_s``: an actor still busy on one episode (all its tries) after this long is
-    #: killed and the episode retried as an environment error (null: never).
-    episode_hard_limit_s: float | None = Field(default=1800.0, gt=0)
+    #: Without ``episode_time_limit_s``: an episode (all its tries, judging and reflecting) still running after this
+    #: long is given up as an environment error and retried (threads: its browser killed and its thread replaced; ray:
+    #: its actor killed). With a time limit the hard limit is derived from it: :func:`hard_limit_s`.
+    episode_hard_limit_s: float = Field(default=1800.0, gt=0)
     #: ray: with no started browser actor left, how long to wait for Ray to place one before the run fails naming
     #: the CPUs it lacks (a node may be joining); while other actors run episodes, a pending one just waits.
     actor_start_timeout_s: float = Field(default=300.0, gt=0)
-    #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``); on Ray an
-    #: actor still busy ``HANG_GRACE_S`` past it is killed and the episode retried as an environment error.
+    #: Wall time of one try of an episode from its first page (checked before each decision; ``time_limit``, judged).
     episode_time_limit_s: float | None = Field(default=None, gt=0)
     #: Open web: tries of an episode restarted after the site refused the browser (a captcha or anti-bot page,
     #: HTTP 403/429, a login wall) before it ends ``blocked``, an environment outcome counted apart.
@@ -292,6 +296,23 @@ class Journal:
                 os.fsync(file.fileno())
 
 
+def hard_limit_s(config: RolloutConfig, settings: EpisodeSettings) -> float:
+    """The longest an episode may run on a backend before it is given up as an environment error (both backends).
+
+    Without a time limit: ``episode_hard_limit_s``. With one (``t``, per try, checked before each decision), each
+    try may run one decision and one step past it (``HANG_GRACE_S``, ``G``), an episode has up to
+    ``env_retries + block_retries + 1`` tries (``episodes.run_episode``), then one judge call and one reflection::
+
+        hard = (env_retries + block_retries + 1) * (t + G) + 2 * G
+
+    e.g. t = 300 s, 2 env retries, 1 block retry: 4 * 420 + 240 = 1,920 s."""
+    if settings.time_limit_s is None:
+        return config.episode_hard_limit_s
+    block_retries = config.block_retries if settings.block_retries is None else settings.block_retries
+    tries = settings.env_retries + block_retries + 1
+    return tries * (settings.time_limit_s + HANG_GRACE_S) + 2 * HANG_GRACE_S
+
+
 def fingerprint(settings: dict[str, Any]) -> str:
     """A short hash of what decides an episode's outcome: journal entries with another one are not reused."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -384,10 +405,18 @@ class _Lost:
 
 
 class _ThreadPool:
-    """N browser threads in this process sharing one sandbox server."""
+    """N browser threads in this process sharing one sandbox server. An episode past the hard limit
+    (:func:`hard_limit_s`) is given up: its browser is killed, its thread left to end on its own (a thread cannot be
+    killed; its late result is dropped) and replaced by a new one, and the episode comes back as :class:`_Lost`."""
 
     def __init__(
-        self, n: int, roles: Roles, browser: Any, settings: EpisodeSettings, sandbox_seed: int | None
+        self,
+        n: int,
+        roles: Roles,
+        browser: Any,
+        settings: EpisodeSettings,
+        sandbox_seed: int | None,
+        hard_limit: float,
     ):
         self._server = None
         if sandbox_seed is not None:
@@ -396,15 +425,29 @@ class _ThreadPool:
             self._server = SandboxServer(port=0, seed=sandbox_seed).start()
         self._jobs: queue.Queue[tuple[int, EpisodeSpec] | None] = queue.Queue()
         self._results: queue.Queue[tuple[int, Any]] = queue.Queue()
+        self._hard_limit = hard_limit
+        self._running: dict[
+            int, tuple[float, EpisodeWorker, threading.Thread]
+        ] = {}  # ticket -> since, by whom
+        self._abandoned: set[int] = (
+            set()
+        )  # tickets given up: their threads end after them, their results dropped
+        self._left: set[threading.Thread] = set()
         self.free = n
-        self._threads = [
-            threading.Thread(
-                target=self._serve, args=(roles, browser, settings), name=f"browser-env-{i}", daemon=True
-            )
-            for i in range(n)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        self._start = lambda: self._spawn(roles, browser, settings)
+        for _ in range(n):
+            self._start()
+
+    def _spawn(self, roles: Roles, browser: Any, settings: EpisodeSettings) -> None:
+        thread = threading.Thread(
+            target=self._serve,
+            args=(roles, browser, settings),
+            name=f"browser-env-{len(self._threads)}",
+            daemon=True,
+        )
+        self._threads.append(thread)
+        thread.start()
 
     def _serve(self, roles: Roles, browser: Any, settings: EpisodeSettings) -> None:
         worker = None
@@ -412,11 +455,16 @@ class _ThreadPool:
             worker = EpisodeWorker(roles, browser, settings, server=self._server)
             while (job := self._jobs.get()) is not None:
                 ticket, spec = job
+                self._running[ticket] = (time.monotonic(), worker, threading.current_thread())
                 try:
-                    self._results.put((ticket, worker.run(spec)))
+                    outcome: Any = worker.run(spec)
                 except Exception as err:  # a bug in a role or the caller: recorded, the other episodes go on
                     logger.exception("episode %s failed", spec.key)
-                    self._results.put((ticket, err))
+                    outcome = err
+                self._running.pop(ticket, None)
+                self._results.put((ticket, outcome))
+                if ticket in self._abandoned:  # given up by the driver, which started a thread in its place
+                    break
         except Exception as err:  # the worker could not be built: its jobs fail, reported by the driver
             logger.exception("a browser worker could not start")
             while (job := self._jobs.get()) is not None:
@@ -430,15 +478,45 @@ class _ThreadPool:
         self._jobs.put((ticket, spec))
 
     def next_result(self) -> tuple[int, Any]:
-        ticket, outcome = self._results.get()
-        self.free += 1
-        return ticket, outcome
+        """The next finished episode, or one given up past the hard limit (as :class:`_Lost`)."""
+        while True:
+            now = time.monotonic()
+            for ticket, (since, worker, thread) in list(self._running.items()):
+                if now - since > self._hard_limit and self._running.pop(ticket, None) is not None:
+                    self._abandoned.add(ticket)
+                    self._left.add(thread)
+                    logger.warning(
+                        "an episode ran past its hard limit of %.0f s; giving it up", self._hard_limit
+                    )
+                    worker.env.kill()
+                    self._start()
+                    self.free += 1
+                    return ticket, _Lost(f"the episode ran past its hard limit of {self._hard_limit:.0f} s")
+            try:
+                ticket, outcome = self._results.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if ticket in self._abandoned:  # a late result of an episode already given up
+                continue
+            self.free += 1
+            return ticket, outcome
 
     def close(self) -> None:
+        """Stop the threads; one still busy after ``CLOSE_TIMEOUT_S`` (the driver stopped mid-run) is left, its
+        browser killed."""
         for _ in self._threads:
             self._jobs.put(None)
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
         for thread in self._threads:
-            thread.join()
+            if thread not in self._left:
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        busy = [worker for _, worker, thread in list(self._running.values()) if thread.is_alive()]
+        for worker in busy:
+            worker.env.kill()
+        if busy:
+            logger.warning(
+                "%d browser thread(s) still busy after %.0f s were left", len(busy), CLOSE_TIMEOUT_S
+            )
         if self._server is not None:
             self._server.stop()
 
@@ -473,11 +551,7 @@ class _RayPool:
                 log_to_driver=True,
             )
         self._config = config
-        self._hard_limit = (
-            config.episode_hard_limit_s
-            if settings.time_limit_s is None
-            else (settings.time_limit_s + HANG_GRACE_S) * (settings.env_retries + 1)
-        )
+        self._hard_limit = hard_limit_s(config, settings)
         actor = ray.remote(EpisodeWorker).options(num_cpus=config.cpus_per_browser, max_restarts=0)
         shared = [ray.put(value) for value in (roles, browser, settings)]  # serialised once for every actor
         self._make = lambda: actor.remote(*shared, sandbox_seed)
@@ -558,16 +632,12 @@ class _RayPool:
         ray = self._ray
         while True:
             self._check_capacity()
-            if (
-                self._hard_limit is not None
-            ):  # checked every time: on a busy cluster some result is always ready
-                for ref, (actor, ticket, started) in list(self._in_flight.items()):
-                    if time.monotonic() - started > self._hard_limit:
-                        del self._in_flight[ref]
-                        self._lose(actor)
-                        return ticket, _Lost(
-                            f"the episode ran past its hard limit of {self._hard_limit:.0f} s"
-                        )
+            # checked every time: on a busy cluster some result is always ready
+            for ref, (actor, ticket, started) in list(self._in_flight.items()):
+                if time.monotonic() - started > self._hard_limit:
+                    del self._in_flight[ref]
+                    self._lose(actor)
+                    return ticket, _Lost(f"the episode ran past its hard limit of {self._hard_limit:.0f} s")
             ready, _ = ray.wait([*self._in_flight, *self._starting], num_returns=1, timeout=1.0)
             if ready and ready[0] in self._starting:
                 self._started(ready[0])
@@ -671,7 +741,7 @@ def run_rollouts(
         pool: Any = (
             _RayPool(n, roles, browser, settings, sandbox_seed, config)
             if config.backend == "ray"
-            else _ThreadPool(n, roles, browser, settings, sandbox_seed)
+            else _ThreadPool(n, roles, browser, settings, sandbox_seed, hard_limit_s(config, settings))
         )
         tickets: dict[int, tuple[int, EpisodeSpec, list[str]]] = {}
         numbers = itertools.count()

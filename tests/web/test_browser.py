@@ -204,18 +204,7 @@ def test_set_of_marks_changes_the_screenshot(
 
 def renderer_pids(env: BrowserEnv) -> list[int]:
     """The renderer processes under this env's Chromium (they do not carry the env's tag)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    family, grown = set(env.browser_pids()), True
-    while grown:
-        children = {pid for pid, parent in parents.items() if parent in family} - family
-        family |= children
-        grown = bool(children)
+    family = env.process_tree()
     renderers = []
     for pid in family:
         try:

@@ -22,8 +22,12 @@ import ipaddress
 import logging
 import os
 import re
+import signal
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -67,6 +71,10 @@ class BrowserConfig(BaseModel):
     navigation_timeout_ms: int = Field(default=15000, gt=0)
     # A fixed pause after each action; navigations an action starts are awaited anyway.
     settle_ms: int = Field(default=0, ge=0)
+    #: How long past its own timeouts a call into the page may go unanswered before its renderer counts as frozen
+    #: (a page script in ``while (true) {}``): the browser is then killed and restarted and the observation is an
+    #: environment error. Scripts, screenshots, mouse and keyboard calls have no timeout of their own in Playwright.
+    hang_timeout_s: float = Field(default=15.0, gt=0)
     #: Besides the task's own host (open web: its site); ``"*"``: any host (a search engine's task that must reach
     #: result sites, WebTailBench's from bing.com).
     allowed_domains: list[str] = Field(default_factory=list)
@@ -208,6 +216,27 @@ def block_kind(signals: dict[str, Any], status: int | None, url: str) -> BlockKi
     return None
 
 
+def process_tree(roots: list[int]) -> list[int]:
+    """``roots`` and all their descendants (Linux /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:  # after the command's closing parenthesis: the state, then the parent's pid
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    family, grown = set(roots), True
+    while grown:
+        children = {pid for pid, parent in parents.items() if parent in family} - family
+        family |= children
+        grown = bool(children)
+    return sorted(family)
+
+
+class PageHang(RuntimeError):
+    """A call into the page went unanswered past its deadline: its renderer froze and the browser was killed."""
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
@@ -270,7 +299,8 @@ class BrowserEnv:
         for closer in (self._browser, self._playwright):
             if closer is not None:
                 try:
-                    closer.close() if closer is self._browser else closer.stop()
+                    with self._bounded(self.config.hang_timeout_s, "closing the browser"):
+                        closer.close() if closer is self._browser else closer.stop()
                 except Exception as err:  # a dead browser cannot be closed cleanly; it is gone anyway
                     logger.debug("closing: %s", err)
         self._browser = self._playwright = self._context = self._page = self._cdp_page = None
@@ -370,6 +400,51 @@ class BrowserEnv:
                     continue
         return pids
 
+    def process_tree(self) -> list[int]:
+        """This env's Chromium processes and all their descendants (renderers, GPU, zygotes do not carry the tag)."""
+        return process_tree(self.browser_pids())
+
+    def kill(self) -> None:
+        """Kill this env's Chromium processes; safe from any thread (the owning thread's pending call then raises)."""
+        for pid in self.process_tree():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+
+    @contextmanager
+    def _bounded(self, seconds: float, doing: str) -> Iterator[None]:
+        """Run Playwright calls under a deadline; past it a watchdog thread kills this env's Chromium (the pending call
+        then raises) and the block raises :class:`PageHang`. A sync Playwright call cannot be interrupted from another
+        thread, and a renderer stuck in a script answers nothing, not even Runtime.terminateExecution in time: killing
+        the process is the one way out that always works."""
+        lock, state = threading.Lock(), {"open": True, "fired": False}
+
+        def expire() -> None:
+            with lock:
+                if not state["open"]:
+                    return
+                state["fired"] = True
+            logger.warning("no answer to %s in %g s: the page froze; killing the browser", doing, seconds)
+            self.kill()
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        timer.start()
+        hang = PageHang(f"the page froze: no answer to {doing} in {seconds:g} s")
+        try:
+            yield
+        except Exception as err:
+            if state["fired"]:
+                raise hang from err
+            raise
+        finally:
+            with lock:
+                state["open"] = False
+            timer.cancel()
+        if state["fired"]:
+            raise hang
+
     # ------------------------------------------------------------------ allow-list
     def allowed(self, url: str, top_level: bool = True) -> bool:
         """Whether a request may go out (module docstring): http(s) only (and ``about:blank``, ``data:``); a
@@ -428,26 +503,39 @@ class BrowserEnv:
         error, env_error = None, False
         for attempt in range(2):
             try:
-                self._fresh_session()
-                self._page.goto(task.start_url)
+                with self._bounded(self._navigation_budget_s, f"opening {task.start_url}"):
+                    self._fresh_session()
+                    self._page.goto(task.start_url)
                 return self._observe()
             except Exception as err:  # a start that fails twice is an environment error, not the agent's
                 error, env_error = f"could not open {task.start_url}: {_first_line(err)}", True
                 logger.warning("reset attempt %d of %s failed: %s", attempt + 1, task.id, error)
-                self._restart_browser()
+                self._restart_browser(reload=False)
         return Observation(url=task.start_url, error=error, env_error=env_error)
 
     def step(self, action: Action) -> Observation:
-        """Perform one action; never raises for the agent's or the page's faults."""
+        """Perform one action; never raises for the agent's or the page's faults. A frozen page (no answer within
+        ``hang_timeout_s`` past the call's own timeout) is killed with its browser, which restarts on a blank page:
+        an environment error (the page would freeze again if reloaded)."""
         if self._page is None:
             raise RuntimeError("call reset(task) before step(action)")
         self.step_index += 1
         self._blocked = []
+        try:
+            return self._step(action)
+        except PageHang as err:
+            self._restart_browser(reload=False)
+            return Observation(url=self._last_url, error=f"{err}; the browser was restarted", env_error=True)
+
+    def _step(self, action: Action) -> Observation:
         error, env_error = None, False
         try:
             navigations = self._navigations
             try:
-                error = self._perform(action)
+                with self._bounded(self._action_budget_s(action), f"the action {action.type.value}"):
+                    error = self._perform(action)
+            except PageHang:
+                raise
             except Exception as err:  # the agent's fault (gone element, bad key...) unless the browser died
                 if self._crashed(err):
                     raise
@@ -458,7 +546,10 @@ class BrowserEnv:
                 env_error = action.type in (ActionType.GOTO, ActionType.GO_BACK) and isinstance(
                     err, PlaywrightTimeoutError
                 )
-            self._settle(navigations)
+            with self._bounded(self._navigation_budget_s, "the page settling"):
+                self._settle(navigations)
+        except PageHang:
+            raise
         except Exception as err:
             if self._crashed(err):
                 logger.warning("browser failed during %s: %s; restarting", action, _first_line(err))
@@ -475,6 +566,8 @@ class BrowserEnv:
                     logger.debug("leaving a blocked page: %s", err)
         try:
             observation = self._observe()
+        except PageHang:
+            raise
         except Exception as err:  # the page died between the action and the snapshot, or never settled
             if not self._crashed(err):
                 return Observation(
@@ -503,7 +596,29 @@ class BrowserEnv:
         )
         return isinstance(err, TargetClosedError) or not alive
 
-    def _restart_browser(self) -> None:
+    @property
+    def _navigation_budget_s(self) -> float:
+        """The deadline of opening or settling a page: its navigation and load waits, then ``hang_timeout_s``."""
+        config = self.config
+        return (
+            config.settle_ms + config.navigation_timeout_ms + config.action_timeout_ms
+        ) / 1000 + config.hang_timeout_s
+
+    def _action_budget_s(self, action: Action) -> float:
+        """The deadline of performing ``action``: its own waits (a navigation, a pause, a new tab's load), then
+        ``hang_timeout_s``."""
+        config = self.config
+        if action.type in (ActionType.GOTO, ActionType.GO_BACK):
+            own = config.navigation_timeout_ms / 1000
+        elif action.type == ActionType.WAIT:
+            own = min(action.seconds or 1.0, _MAX_WAIT_S)
+        else:  # a click that opens a tab waits for it, then for its document
+            own = 2 * config.action_timeout_ms / 1000
+        return own + config.hang_timeout_s
+
+    def _restart_browser(self, reload: bool = True) -> None:
+        """A new browser with the session's cookies; ``reload``: back to the last URL (not after a frozen page, which
+        would freeze again, nor before a reset, which opens its own)."""
         self.restarts += 1
         try:
             if self._browser is not None:
@@ -513,8 +628,14 @@ class BrowserEnv:
         self._browser = self._context = None
         self._launch()
         self._new_context()
+        if not reload:
+            return
         try:
-            self._page.goto(self._last_url)
+            with self._bounded(self._navigation_budget_s, f"reloading {self._last_url}"):
+                self._page.goto(self._last_url)
+        except PageHang as err:  # the last page freezes too: a blank page, as after any frozen page
+            logger.warning("reloading %s after a restart: %s", self._last_url, err)
+            self._restart_browser(reload=False)
         except Exception as err:
             logger.warning("reloading %s after a restart failed: %s", self._last_url, _first_line(err))
 
@@ -635,6 +756,10 @@ class BrowserEnv:
             return True
 
     def _observe(self) -> Observation:
+        with self._bounded(self.config.hang_timeout_s, "reading the page"):
+            return self._read_page()
+
+    def _read_page(self) -> Observation:
         page = self._page
         for attempt in range(3):
             try:
