@@ -12,6 +12,10 @@ once an agent on that node is mid-episode, the driver SIGKILLs the process in th
 and everything in it), ``result`` (a JSON file: when the node was killed and the run ended; how an episode whose
 agent hangs ended under a 2 s hard limit and whether its folder is left; the error of a run that asks for more CPUs
 per browser than any live node has; the error of a run whose judge cannot be built).
+
+With ``frozen`` (a path): a frozen page and two calm ones (tests/rollouts/frozen_site.py) on the local Ray; writes
+to that JSON file each episode's termination, success, environment errors and wall time, the run's time, and the
+Chromium processes left in the driver's PID namespace once the run is over.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from rmsweb_kedro import rollouts
 from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
 from rmsweb_kedro.rollouts import EpisodeSpec, Journal, Roles, RolloutConfig, run_rollouts
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
+from tests.rollouts import frozen_site
 
 FINGERPRINT = "ray-test"
 #: Odd seeds take every wrong decision (the episode fails), even ones none: both outcomes, whatever the backend.
@@ -176,9 +181,49 @@ def on_cluster(settings: dict) -> None:
     ray.shutdown()
 
 
+def frozen(result: str) -> None:
+    """A frozen page and two calm ones on the local Ray; see the module docstring."""
+    site = frozen_site.Site()
+    started = time.monotonic()
+    results = run_rollouts(
+        frozen_site.episodes(calm=2),
+        frozen_site.roles(),
+        LOCAL_RAY,
+        browsers=2,
+        browser=site.browser(),
+        settings=rollouts.EpisodeSettings(env_retries=1),
+        progress=None,
+    )
+    took = time.monotonic() - started
+    site.stop()
+    deadline = time.monotonic() + 30  # the actors' processes are gone; a killed Chromium takes a moment
+    while (left := chromium_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    episodes = [
+        {"termination": run.termination, "success": run.success, "env_errors": run.metadata.get("env_errors", []),
+         "wall_s": run.metadata.get("wall_s")}
+        for (run,) in results
+    ]  # fmt: skip
+    Path(result).write_text(json.dumps({"episodes": episodes, "run_s": took, "chromium_left": left}))
+
+
+def chromium_processes() -> list[int]:
+    """Chromium processes of this PID namespace (its own /proc)."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"chrom" in (entry / "cmdline").read_bytes().split(b"\0")[0]:
+                left.append(int(entry.name))
+        except OSError:
+            continue
+    return left
+
+
 def main(settings: dict) -> None:
     if "address" in settings:
         return on_cluster(settings)
+    if "frozen" in settings:
+        return frozen(settings["frozen"])
     specs = episodes(settings["task_ids"])
     run_rollouts(
         specs,

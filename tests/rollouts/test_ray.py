@@ -1,7 +1,8 @@
 """The ``ray`` backend on a local Ray (2 CPUs) inside a loopback-only network namespace, against the ``threads``
 backend on the same seeded sandbox episodes: the same verdicts; a browser actor killed mid-episode is survived (its
 episode retried as an environment error); a driver killed mid-run and restarted resumes from the journal, each
-episode journaled exactly once.
+episode journaled exactly once; a page that freezes its renderer ends its episode as an environment error while the
+others succeed, and leaves no Chromium behind.
 
 And a two-node cluster (head + worker, 1 CPU each, joined with Ray's token authentication as the README says) in
 two network namespaces joined only by a veth pair: the worker node killed mid-episode with no spare CPU left, the run
@@ -122,6 +123,20 @@ def test_ray_matches_threads_survives_a_dead_actor_and_a_killed_driver(task_ids,
     for key, entry in kept.items():
         assert finished[key] == entry
     assert outcomes(Journal(path, FINGERPRINT)) == expected
+
+
+def test_a_frozen_page_on_ray_ends_its_episode_and_leaves_no_chromium(task_ids, tmp_path):
+    result = tmp_path / "frozen.json"
+    assert subprocess.run(ray_command({"frozen": str(result)}), cwd=REPO, timeout=300).returncode == 0
+    ran = json.loads(result.read_text())
+    frozen, *calm = ran["episodes"]
+    assert (frozen["termination"], frozen["success"]) == ("env_error", None)
+    assert len(frozen["env_errors"]) == 2 and all("the page froze" in e for e in frozen["env_errors"])
+    assert [(e["termination"], e["success"]) for e in calm] == [("answer", True)] * 2
+    assert ran["chromium_left"] == []
+    print(
+        f"ray: the frozen page's episode took {frozen['wall_s']:.1f} s (2 tries), the run {ran['run_s']:.1f} s"
+    )
 
 
 def veth_namespaces_available() -> bool:
