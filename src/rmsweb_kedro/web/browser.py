@@ -10,8 +10,14 @@ What a page may load depends on the task. A sandbox task keeps to its own host (
 request alike, as the sandbox was built. Any other task is on the open web: a top-level navigation stays on the
 task's site, its registrable domain (``publicsuffixlist``, offline, private suffixes included: two users' pages on
 one hosting suffix are two sites), or a configured domain; sub-resources (scripts, styles, images, fonts, XHR,
-frames) load from any http(s) host but the deny list (``blocked_hosts`` and ``blocked_hosts_file``); other schemes
-are refused. On the open web each observation also says whether the site refused the browser
+frames, WebSockets) load from any http(s)/ws(s) host but the deny list (``blocked_hosts`` and
+``blocked_hosts_file``); other schemes are refused. Private networks are closed on the open web: no request of any
+kind goes to a host that resolves to a non-global address (loopback, RFC 1918, link-local and cloud metadata,
+CGNAT, ULA, unspecified: :func:`is_private_address`), whatever ``allowed_domains`` says, unless it is the task's own
+host or the address is in ``allowed_private_networks``; the decision is on the addresses (the env's resolver,
+``socket.getaddrinfo`` by default, cached per host), not the name. Redirects are checked hop by hop (Playwright's
+route sees only a redirect's first URL: a CDP session pauses every response of the open web's pages), WebSockets
+through ``route_web_socket``, and service workers are blocked (their requests pass no route). On the open web each observation also says whether the site refused the browser
 (``Observation.blocked``: :func:`block_kind`), an environment outcome the episode records as ``blocked``.
 """
 
@@ -23,17 +29,18 @@ import logging
 import os
 import re
 import signal
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.schema import BlockKind, Element, Observation, Task
@@ -82,9 +89,24 @@ class BrowserConfig(BaseModel):
     #: hosts-file lines ``0.0.0.0 host``; ``#`` comments), as OpenWebRL keeps one.
     blocked_hosts: list[str] = Field(default_factory=list)
     blocked_hosts_file: str | None = None
+    #: Open web: non-global address ranges a request may reach besides the task's own host (CIDR, e.g.
+    #: ``["10.0.0.0/8"]`` for an intranet's other hosts); none by default.
+    allowed_private_networks: list[str] = Field(default_factory=list)
     set_of_marks: bool = False
     screenshots: bool = True
     max_text_chars: int = Field(default=100, gt=0)
+
+    @field_validator("allowed_private_networks")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as err:
+                raise ValueError(
+                    f"allowed_private_networks: {network!r} is no address range ({err})"
+                ) from err
+        return networks
 
     def executable_path(self) -> str:
         path = os.environ.get("RMSWEB_CHROMIUM") or self.executable
@@ -165,6 +187,32 @@ def registrable_domain(host: str) -> str:
         return host
     except ValueError:
         return _suffixes().privatesuffix(host) or host
+
+
+#: ``resolver(host) -> addresses``: what the open web's private-network rule decides on (tests inject one).
+Resolver = Callable[[str], list[str]]
+
+
+def resolve(host: str) -> list[str]:
+    """The addresses ``host`` resolves to on this machine (``socket.getaddrinfo``); [] when it does not resolve."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return []
+    return sorted(
+        {str(info[4][0]).split("%")[0] for info in infos}
+    )  # an IPv6 scope (fe80::1%eth0) is no address
+
+
+def is_private_address(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether an IP address is off the public internet: loopback, private (RFC 1918), link-local (169.254/16 with
+    the cloud metadata service, fe80::/10), CGNAT (100.64/10), ULA (fc00::/7), unspecified, reserved, documentation,
+    multicast: anything ``ipaddress`` does not call global. An IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is
+    judged as its IPv4 address."""
+    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
 
 
 def read_blocked_hosts(path: str | Path) -> set[str]:
@@ -258,8 +306,14 @@ def _top_level(request: Any) -> bool:
 class BrowserEnv:
     """A headless Chromium for one episode at a time. Not thread-safe: one env per thread."""
 
-    def __init__(self, config: BrowserConfig | None = None):
+    def __init__(self, config: BrowserConfig | None = None, resolver: Resolver | None = None):
+        """``resolver``: how the open web's private-network rule finds a host's addresses (:func:`resolve`)."""
         self.config = config or BrowserConfig()
+        self._resolve = resolver or resolve
+        self._addresses: dict[str, list[str]] = {}  # host -> its addresses, cached for the env's life
+        self._private_ok = [
+            ipaddress.ip_network(n, strict=False) for n in self.config.allowed_private_networks
+        ]
         self.tag = uuid.uuid4().hex[:12]  # marks this env's Chromium processes (see browser_pids)
         self._playwright: Any = None
         self._browser: Any = None
@@ -326,12 +380,14 @@ class BrowserEnv:
             except Exception as err:
                 logger.debug("closing context: %s", err)
         width, height = self.config.viewport
+        # Service workers blocked: their requests pass no route (nor would a page's, once one controls it).
         self._context = self._browser.new_context(
-            viewport={"width": width, "height": height}, accept_downloads=False
+            viewport={"width": width, "height": height}, accept_downloads=False, service_workers="block"
         )
         self._context.set_default_timeout(self.config.action_timeout_ms)
         self._context.set_default_navigation_timeout(self.config.navigation_timeout_ms)
         self._context.route("**/*", self._route)
+        self._context.route_web_socket(lambda _url: True, self._route_socket)
         self._context.add_init_script(_script("navigation_mark"))
         if self._cookies:
             self._context.add_cookies(self._cookies)
@@ -375,6 +431,35 @@ class BrowserEnv:
         page.on("crash", lambda crashed: self._crashed_pages.add(id(crashed)))
         if self._site is not None:  # the open web only: a sandbox page never refuses the browser
             page.on("response", lambda response: self._note_document(page, response))
+            self._check_redirects(page)
+
+    def _check_redirects(self, page: Any) -> None:
+        """Pause every response of ``page`` (its frames in its process) through a CDP session of its own, so that a
+        redirect is checked before it is followed: Playwright's route sees only a redirect's first URL."""
+        cdp = self._context.new_cdp_session(page)
+        main_frame = cdp.send("Page.getFrameTree")["frameTree"]["frame"]["id"]
+        cdp.on("Fetch.requestPaused", lambda event: self._on_response(cdp, main_frame, event))
+        cdp.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Response"}]})
+
+    def _on_response(self, cdp: Any, main_frame: str, event: dict[str, Any]) -> None:
+        """Let a paused response through, unless it redirects where the request may not go."""
+        status = event.get("responseStatusCode") or 0
+        location = next(
+            (h["value"] for h in event.get("responseHeaders", []) if h["name"].lower() == "location"), None
+        )
+        target = urljoin(event["request"]["url"], location) if 300 <= status < 400 and location else None
+        top_level = event.get("resourceType") == "Document" and event.get("frameId") == main_frame
+        try:
+            if target is not None and not self.allowed(target, top_level):
+                if top_level:
+                    self._blocked.append(target)
+                cdp.send(
+                    "Fetch.failRequest", {"requestId": event["requestId"], "errorReason": "BlockedByClient"}
+                )
+            else:
+                cdp.send("Fetch.continueResponse", {"requestId": event["requestId"]})
+        except Exception as err:  # the page or its request went away meanwhile
+            logger.debug("answering a paused response: %s", err)
 
     def _count_navigation(self, frame: Any) -> None:
         if frame.parent_frame is None:
@@ -447,14 +532,17 @@ class BrowserEnv:
 
     # ------------------------------------------------------------------ allow-list
     def allowed(self, url: str, top_level: bool = True) -> bool:
-        """Whether a request may go out (module docstring): http(s) only (and ``about:blank``, ``data:``); a
-        sandbox task's every request to its host or a configured domain (or a subdomain of one); on the open web a
-        ``top_level`` navigation to the task's site or a configured domain, a sub-resource to any host not denied."""
+        """Whether a request may go out (module docstring): http(s) and ws(s) only (and ``about:blank``,
+        ``data:``); a sandbox task's every request to its host or a configured domain (or a subdomain of one); on
+        the open web no request to a private address (:meth:`_public`), a ``top_level`` navigation to the task's
+        site or a configured domain, a sub-resource to any host not denied."""
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
+        if parts.scheme not in ("http", "https", "ws", "wss"):
             return parts.scheme in ("about", "data") and url.startswith(("about:blank", "data:"))
         host = (parts.hostname or "").lower()
         if _within(host, self._denied):
+            return False
+        if self._site is not None and not self._public(host):
             return False
         if self._site is not None and not top_level:
             return True
@@ -462,6 +550,33 @@ class BrowserEnv:
         if host in self._allowed_hosts or "*" in domains or _within(host, domains):
             return True
         return self._site is not None and registrable_domain(host) == self._site
+
+    def _public(self, host: str) -> bool:
+        """Open web: whether ``host`` may be reached as far as its addresses go: the task's own host always (the
+        sandbox, an intranet task); another only when every address it resolves to is global or in
+        ``allowed_private_networks`` (a name that resolves to nothing is refused)."""
+        if host in self._allowed_hosts:
+            return True
+        try:
+            addresses = [str(ipaddress.ip_address(host.strip("[]")))]
+        except ValueError:
+            if host not in self._addresses:
+                self._addresses[host] = self._resolve(host)
+            addresses = self._addresses[host]
+        return bool(addresses) and all(self._reachable(address) for address in addresses)
+
+    def _reachable(self, address: str) -> bool:
+        ip = ipaddress.ip_address(address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return not is_private_address(ip) or any(ip in network for network in self._private_ok)
+
+    def _route_socket(self, socket: Any) -> None:
+        """A WebSocket (``route`` sees none) connects under the rules of a sub-resource, or is closed."""
+        if self.allowed(socket.url, top_level=False):
+            socket.connect_to_server()
+        else:
+            socket.close()
 
     def _route(self, route: Any) -> None:
         url = route.request.url
