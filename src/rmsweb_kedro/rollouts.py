@@ -416,7 +416,7 @@ class _ThreadPool:
         browser: Any,
         settings: EpisodeSettings,
         sandbox_seed: int | None,
-        hard_limit: float,
+        config: RolloutConfig,
     ):
         self._server = None
         if sandbox_seed is not None:
@@ -425,7 +425,7 @@ class _ThreadPool:
             self._server = SandboxServer(port=0, seed=sandbox_seed).start()
         self._jobs: queue.Queue[tuple[int, EpisodeSpec] | None] = queue.Queue()
         self._results: queue.Queue[tuple[int, Any]] = queue.Queue()
-        self._hard_limit = hard_limit
+        self._hard_limit = hard_limit_s(config, settings)
         self._running: dict[
             int, tuple[float, EpisodeWorker, threading.Thread]
         ] = {}  # ticket -> since, by whom
@@ -738,11 +738,8 @@ def run_rollouts(
         n = max(1, min(browsers, len(waiting)))
         if not any(_needs_sandbox(spec.task) for _, spec, _ in waiting):
             sandbox_seed = None  # no task left that the sandbox serves: no sandbox server
-        pool: Any = (
-            _RayPool(n, roles, browser, settings, sandbox_seed, config)
-            if config.backend == "ray"
-            else _ThreadPool(n, roles, browser, settings, sandbox_seed, hard_limit_s(config, settings))
-        )
+        backend: Any = _RayPool if config.backend == "ray" else _ThreadPool
+        pool = backend(n, roles, browser, settings, sandbox_seed, config)
         tickets: dict[int, tuple[int, EpisodeSpec, list[str]]] = {}
         numbers = itertools.count()
         try:

@@ -310,7 +310,7 @@ class BrowserEnv:
         """``resolver``: how the open web's private-network rule finds a host's addresses (:func:`resolve`)."""
         self.config = config or BrowserConfig()
         self._resolve = resolver or resolve
-        self._addresses: dict[str, list[str]] = {}  # host -> its addresses, cached for the env's life
+        self._addresses: dict[str, list[str]] = {}  # host -> its addresses, cached for an episode
         self._private_ok = [
             ipaddress.ip_network(n, strict=False) for n in self.config.allowed_private_networks
         ]
@@ -611,6 +611,7 @@ class BrowserEnv:
         if self._screenshot_dir:
             self._screenshot_dir.mkdir(parents=True, exist_ok=True)
         self._cookies, self._blocked = [], []
+        self._addresses = {}  # resolved afresh each episode: a name may have moved to a private address since
         self._allowed_hosts = {(urlsplit(task.start_url).hostname or "").lower()}
         open_web = task.source != "sandbox"
         self._site = registrable_domain(next(iter(self._allowed_hosts))) if open_web else None
