@@ -2,7 +2,7 @@
 watchdog kills the frozen Chromium, the episode ends ``env_error`` (never the agent's failure) after its retries,
 the other episodes of the run succeed, and no Chromium is left behind; on the threads backend here and on Ray
 (tests/rollouts/test_ray.py). An agent that stops answering is given up at the hard limit on the threads backend
-too."""
+too, and a driver that fails mid-run does not wait forever for its busy threads."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import time
 
 import pytest
 
+from rmsweb_kedro import rollouts
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.rollouts import EpisodeSettings, Roles, RolloutConfig, hard_limit_s, run_rollouts
+from rmsweb_kedro.rollouts import EpisodeSettings, Journal, Roles, RolloutConfig, hard_limit_s, run_rollouts
 from tests.fixtures_web import chromium_available
 from tests.rollouts.frozen_site import Scroller, Site, chromium_descendants, episodes, roles, title_judge
 
@@ -79,6 +80,28 @@ def test_an_agent_that_stops_answering_is_given_up_at_the_hard_limit_on_threads(
     assert (silent.termination, silent.success) == ("env_error", None)
     assert silent.metadata["env_errors"] == ["the episode ran past its hard limit of 10 s"]
     assert (calm.termination, calm.success) == ("answer", True)
+    assert not wait_for_no_chromium()
+
+
+def test_a_driver_that_fails_mid_run_does_not_wait_forever_for_a_busy_thread(
+    site, tmp_path, monkeypatch, caplog
+):
+    # The journal cannot be written (its folder is a file): the driver fails at the first finished episode while
+    # the silent agent's episode is in flight; closing waits CLOSE_TIMEOUT_S for it, kills its browser, and returns.
+    monkeypatch.setattr(rollouts, "CLOSE_TIMEOUT_S", 2.0)
+    (tmp_path / "file").write_text("")
+    specs = episodes(calm=1)
+    specs[0].task = specs[1].task.model_copy(update={"id": "silent", "site": "frozen.test"})
+    Silent.release = threading.Event()
+    try:
+        with pytest.raises(OSError):
+            run_rollouts(
+                specs, Roles(agent=Silent, judge=title_judge), {}, browsers=2, browser=site.browser(),
+                journal=Journal(tmp_path / "file" / "journal.jsonl", "test"), progress=None,
+            )  # fmt: skip
+    finally:
+        Silent.release.set()
+    assert "1 browser thread(s) still busy after 2 s were left" in caplog.text
     assert not wait_for_no_chromium()
 
 
