@@ -12,6 +12,7 @@ corpus) to score that checkout's detector on the same pages.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,8 @@ def main() -> None:
             seconds = time.perf_counter() - started
     result = scores(results)
     print(f"pages {result['pages']} ({result['blocks']} blocks, {result['pages'] - result['blocks']} ordinary), "
-          f"{seconds / len(corpus) * 1000:.0f} ms a page (reset and detection)")  # fmt: skip
+          f"{seconds / len(corpus) * 1000:.0f} ms a page (reset and detection), load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
     print(f"blocked: precision {result['precision']:.3f}, recall {result['recall']:.3f}; exact label "
           f"{result['exact']:.3f}")  # fmt: skip
     labels = sorted({label for pair in result["confusion"] for label in pair} - {NONE}) + [NONE]

@@ -36,6 +36,7 @@ def test_the_corpus_has_both_kinds_and_every_kind():
     assert set(labels) == {None, "captcha", "anti_bot", "http_403", "http_429", "login_wall"}
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("page", CORPUS, ids=lambda page: page.page)
 def test_every_page_gets_its_label(env, page: Page):
     [(_, detected)] = classify(env, [page])
