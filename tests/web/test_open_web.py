@@ -160,12 +160,16 @@ def test_site_and_block_rules():
 def test_block_rules_one_signal_at_a_time():
     """Each rule of block_kind on hand-made signals, beside the near miss that must not trip it. Limits: at most
     3 own links/controls; under 600 own characters for a refusal, under 300 for a login wall."""
-    page = {"title": "Shoes", "status": 200, "widget": None, "interstitial": None, "passwordFields": 0,
-            "ownChars": 2400, "ownControls": 40, "text": "Shoes"}  # fmt: skip
+    page = {"title": "Shoes", "status": 200, "widget": None, "overlay": False, "interstitial": None,
+            "passwordFields": 0, "ownChars": 2400, "ownControls": 40, "text": "Shoes"}  # fmt: skip
     small = page | {"ownChars": 120, "ownControls": 1}
     assert block_kind(page, 200) is None and block_kind(small, 200) is None  # small alone is no block
-    # a challenge shown on the page blocks whatever else the page has
-    assert block_kind(page | {"widget": "recaptcha"}, 200) == "captcha"
+    # a challenge shown over the page blocks whatever else it has; one inline blocks only a page with little else
+    assert block_kind(page | {"widget": "recaptcha", "overlay": True}, 200) == "captcha"
+    assert block_kind(small | {"widget": "recaptcha", "overlay": False}, 200) == "captcha"
+    assert (
+        block_kind(page | {"widget": "recaptcha", "overlay": False}, 200) is None
+    )  # a comment form's checkbox
     # interstitial markup, title or text: only on a page with little content of its own
     assert block_kind(small | {"interstitial": "cloudflare"}, 200) == "anti_bot"
     assert block_kind(page | {"interstitial": "cloudflare"}, 200) is None

@@ -204,8 +204,9 @@ def block_kind(signals: dict[str, Any], status: int | None) -> BlockKind | None:
     the agent and the page (docs/collect.md, "The open web"):
 
     - ``captcha``: a challenge widget shown on the page (rendered, of real size, on screen: reCAPTCHA's checkbox or
-      image challenge, hCaptcha, Turnstile, Arkose, DataDome, PerimeterX's press-and-hold), not an invisible
-      reCAPTCHA v3 badge or a challenge frame kept hidden;
+      image challenge, hCaptcha, Turnstile, Arkose, DataDome, PerimeterX's press-and-hold), drawn over the page or
+      on a page with little content of its own; not an invisible reCAPTCHA v3 badge, a challenge frame kept
+      hidden, or a checkbox in a comment form under an article;
     - ``anti_bot``: an interstitial with little content of its own: a vendor's challenge or refusal markup, or an
       interstitial's title or text ("Just a moment...", "Access denied", "Checking your browser");
     - ``http_403`` / ``http_429``: the page's main document answered so, with little content of its own;
@@ -216,9 +217,10 @@ def block_kind(signals: dict[str, Any], status: int | None) -> BlockKind | None:
     status = status or signals.get("status")
     title, text = signals.get("title", ""), signals.get("text", "")
     chars, sparse = signals.get("ownChars", 0), signals.get("ownControls", 0) <= _SPARSE_MAX_CONTROLS
-    if signals.get("widget"):
+    refusal = sparse and chars < _REFUSAL_MAX_CHARS  # the page has little but what refuses the browser
+    if signals.get("widget") and (signals.get("overlay") or refusal):
         return "captcha"
-    if sparse and chars < _REFUSAL_MAX_CHARS:
+    if refusal:
         if signals.get("interstitial") or _INTERSTITIAL_TITLE.search(title) or _CHALLENGE_TEXT.search(text):
             return "anti_bot"
         if status in (403, 429):

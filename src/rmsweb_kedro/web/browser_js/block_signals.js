@@ -48,6 +48,20 @@
       if (!el.closest('.grecaptcha-badge') && shown(el)) found.push([vendor, el]);
     }
   }
+  // A widget drawn over the page (fixed, or stacked with a z-index of 1000 or more, as image challenges are) or
+  // covering a quarter of the viewport is in the way whatever the page holds; one inline in a form (a comment
+  // form's checkbox under an article) is in the way only of a page with little else (block_kind decides).
+  const over = (el) => {
+    const box = el.getBoundingClientRect();
+    const width = Math.max(0, Math.min(box.right, innerWidth) - Math.max(box.left, 0));
+    const height = Math.max(0, Math.min(box.bottom, innerHeight) - Math.max(box.top, 0));
+    if (width * height >= 0.25 * innerWidth * innerHeight) return true;
+    for (let up = el; up && up !== root; up = up.parentElement) {
+      const style = getComputedStyle(up);
+      if (style.position === 'fixed' || (style.position !== 'static' && Number(style.zIndex) >= 1000)) return true;
+    }
+    return false;
+  };
   const interstitial = interstitials.find(([, selector]) => document.querySelector(selector) !== null);
 
   const passwords = [...document.querySelectorAll('input[type="password"]')].filter((el) => {
@@ -73,7 +87,8 @@
     }
     return box;
   });
-  const excluded = new Set([...found.map(([, el]) => el), ...signIn]);
+  // The widgets and their forms (the box to type a captcha's characters in, its button) are the challenge's.
+  const excluded = new Set([...found.flatMap(([, el]) => [el, el.closest('form') || el]), ...signIn]);
   const CHROME = 'nav, [role="navigation"], [role="banner"], [role="contentinfo"], dialog, [role="dialog"], ' +
     '[role="alertdialog"], [aria-modal="true"]';
   const outside = new Map(); // element -> whether it is outside every excluded region (memo over ancestors)
@@ -113,6 +128,7 @@
     title: document.title || '',
     status: navigation && navigation.responseStatus ? navigation.responseStatus : null,
     widget: found.length ? found[0][0] : null,
+    overlay: found.some(([, el]) => over(el)),
     interstitial: interstitial ? interstitial[0] : null,
     passwordFields: passwords.length,
     ownChars: chars,
