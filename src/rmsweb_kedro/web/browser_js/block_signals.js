@@ -68,14 +68,16 @@
     const box = el.getBoundingClientRect();
     return styled(el) && box.width > 0 && box.height > 0;
   });
-  // A password field's sign-in box: its form, or the nearest ancestor holding a button (forms without <form>);
-  // then the card around it, while an ancestor adds less than CARD_EXTRA characters of text (a logo, a heading,
-  // "Lost your password?", "Create an account"), not the page's content beside it.
+  // A password field's sign-in box: its form, or the nearest ancestor holding a button (forms without <form>, and
+  // a form of more than FORM_MAX characters: one that wraps the whole page, as ASP.NET's do); then the card around
+  // it, while an ancestor adds less than CARD_EXTRA characters of text (a logo, a heading, "Lost your password?",
+  // "Create an account"), not the page's content beside it.
+  const FORM_MAX = 300;
   const CARD_EXTRA = 100;
   const textOf = (el) => el.innerText.replace(/\s+/g, ' ').trim().length;
   const signIn = passwords.map((el) => {
     let box = el.closest('form, [role="form"]');
-    if (!box) {
+    if (!box || textOf(box) > FORM_MAX) {
       box = el.parentElement;
       while (box !== document.body && !box.querySelector('button, input[type="submit"]')) box = box.parentElement;
       if (box === document.body) box = el.parentElement;
