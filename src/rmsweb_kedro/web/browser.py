@@ -453,10 +453,11 @@ class BrowserEnv:
                 self._fresh_session()
                 try:
                     self._page.goto(task.start_url)
-                except Exception:
+                except Exception as err:
                     # an empty 403/429 fails the load (Chromium shows its own error page): the site refused the
                     # browser, which works
-                    if self._documents.get(id(self._page)) not in (403, 429):
+                    refused = self._documents.get(id(self._page)) in (403, 429)
+                    if not (refused and "ERR_HTTP_RESPONSE_CODE_FAILURE" in str(err)):
                         raise
                 return self._observe()
             except Exception as err:  # a start that fails twice is an environment error, not the agent's
