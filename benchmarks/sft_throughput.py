@@ -1,17 +1,22 @@
 """SFT training throughput: our loop with padded batches, packed batches (``sft.training.batching``) and packed to
 a token budget (``budget``: ``loop.micro_batch_tokens``) against TRL's SFTTrainer in its padding-free setting, same
-tiny model, samples, batch size.
+tiny model, samples, batch size; each in fp32 and under bf16 autocast (``loop.mixed_precision``), on the CPU kernels
+the project pins (``portable``) or torch's own (``native``: numerics.py).
 
     .venv/bin/python benchmarks/sft_throughput.py [--steps 30] [--batch-size 16] [--warmup 5] \
-        [--micro-batch-tokens 2048] [--states data/05_model_input/sft/sft_states_train_augmented.parquet]
+        [--micro-batch-tokens 2048] [--states data/05_model_input/sft/sft_states_train_augmented.parquet] \
+        [--precisions fp32 bf16] [--kernels portable native] [--trainers padded packed budget trl]
 
 The data: ``--states``, the STATE rows of a default run's SFT (its augmented training states), or else the test
 fixtures' states (``tests.fixtures_model.make_states``, whose rows are all about the same length); the prompt is the
 default run's (``conf/base/globals.yml`` ``policy_prompt``) and the model the embedded default's shape
 (``conf/base/parameters_sft.yml`` ``sft.tiny``, its tokenizer trained on the states).
 
-Each trainer runs in its own child process (so peak memory is its own: CPU max RSS, or CUDA peak allocated on a
-GPU), on the same saved tiny checkpoint and the same states, assistant-only loss, bf16 autocast, AdamW, one process.
+Each trainer, precision and kernel setting runs in its own child process (so peak memory is its own: CPU max RSS,
+or CUDA peak allocated on a GPU, and the kernel pins are read at its start), on the same saved tiny checkpoint and
+the same states, assistant-only loss, AdamW, one process. The first lines print the CPU and its instruction sets as
+the run manifest records them: bf16 autocast is fast only where the CPU has bf16 instructions (``avx512_bf16``,
+``amx_bf16``); elsewhere it is emulated (docs/training.md, "Numerics on the CPU").
 Tokens/s counts the real (non-padding) tokens of the samples each trainer consumed after ``--warmup`` steps,
 over the time of those steps, by the wall clock and by this process's CPU time (on a shared machine the CPU time is
 the steadier figure: other load stretches the wall clock, not the work). The padding fraction is the share of the tokens a forward computes that are padding,
@@ -21,8 +26,8 @@ each sample's tokens once (the loop's ``sample_tokens``; a full run pays it once
 it prints the mean micro-batches a step and how full they are. TRL runs with ``padding_free=True`` (its batches flattened into one row with
 restarting ``position_ids``, the setting its docs recommend over ``packing`` for SFT on whole samples; on the CPU it
 attends through transformers' dense block-diagonal mask, as it has no FlashAttention there). Prints the figures and
-the ratios packed / padded and budget / padded (target >= 1.3) and against TRL. The machine's CPU may be shared: compare figures from
-the same run only.
+the ratios packed / padded and budget / padded (target >= 1.3), against TRL, and fp32 / bf16. The machine's CPU may
+be shared: compare figures from the same run only.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINERS = ("padded", "packed", "budget", "trl")  # budget: packed to --micro-batch-tokens; trl: padding_free
+PRECISIONS = {"fp32": "no", "bf16": "bf16"}  # the name printed -> loop.mixed_precision
+KERNELS = ("portable", "native")  # numerics.py: the project's pinned AVX2 kernels, or torch's own
 sys.path.insert(0, str(ROOT))
 
 
@@ -102,7 +109,7 @@ def run_ours(checkpoint: str, args) -> dict:
             "output_dir": tempfile.mkdtemp(),
             "max_steps": args.steps,
             "batch_size": args.batch_size,
-            "mixed_precision": "bf16",
+            "mixed_precision": PRECISIONS[args.precision],
             "eval_every": 0,
             "log_every": 1,
             "progress": False,
@@ -217,7 +224,7 @@ def run_trl(checkpoint: str, args) -> dict:
         weight_decay=0.1,
         adam_beta2=0.95,
         max_grad_norm=1.0,
-        bf16=True,
+        bf16=args.precision == "bf16",
         logging_steps=10_000,
         save_strategy="no",
         report_to=[],
@@ -264,7 +271,18 @@ def main() -> None:
     parser.add_argument(
         "--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS), help="which to run (default: all)"
     )
+    parser.add_argument(
+        "--precisions", nargs="+", choices=PRECISIONS, default=list(PRECISIONS), help="default: fp32 bf16"
+    )
+    parser.add_argument(
+        "--kernels",
+        nargs="+",
+        choices=KERNELS,
+        default=["portable"],
+        help="default: portable (the project's)",
+    )
     parser.add_argument("--child", choices=TRAINERS)
+    parser.add_argument("--precision", choices=PRECISIONS, default="bf16")
     parser.add_argument(
         "--threads",
         type=int,
@@ -283,7 +301,11 @@ def main() -> None:
         return
 
     from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
+    from rmsweb_kedro.provenance import cpu_model
 
+    name, flags = cpu_model()
+    print(f"CPU {name}; {len(flags)} SIMD sets, bf16 instructions: "
+          f"{' '.join(f for f in flags if 'bf16' in f) or 'none (bf16 autocast is emulated)'}")  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="sft-bench-"))
     from rmsweb_kedro.prompts import build_messages
 
@@ -298,45 +320,59 @@ def main() -> None:
     model, processor = build_tiny_model(corpus, _default_run("parameters_sft", "sft", "tiny"))
     save_checkpoint(model, processor, work / "tiny")
     results = {}
-    for name in args.trainers:
-        command = [
-            sys.executable,
-            __file__,
-            "--child",
-            name,
-            "--checkpoint",
-            str(work / "tiny"),
-            "--steps",
-            str(args.steps),
-            "--warmup",
-            str(args.warmup),
-            "--batch-size",
-            str(args.batch_size),
-            "--micro-batch-tokens",
-            str(args.micro_batch_tokens),
-            *(["--samples", str(args.samples)] if args.samples else []),
-            *(["--states", args.states] if args.states else []),
-            *(["--threads", str(args.threads)] if args.threads else []),
-        ]
-        done = subprocess.run(
-            command, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-        )
-        line = next((out for out in done.stdout.splitlines() if out.startswith("RESULT ")), None)
-        if line is None:
-            raise SystemExit(f"{name} failed:\n{done.stderr[-4000:]}")
-        results[name] = json.loads(line[len("RESULT ") :])
-        figures = results[name]
-        budget = (
-            f"   {figures['micro_batches']:.2f} micro-batches a step, {figures['fill']:.0%} full, measuring "
-            f"samples {figures['measuring_s']:.1f} s"
-            if name == "budget"
-            else ""
-        )
-        print(
-            f"{name:7s} tokens/s {figures['tokens_per_s']:7.0f} (per CPU-s {figures['tokens_per_cpu_s']:7.0f})   padding {figures['padding']:6.1%}   "
-            f"peak memory {figures['peak_memory_mb']:8.0f} MiB   final loss {figures['final_loss']:.3f}{budget}",
-            flush=True,
-        )
+    for kernels in args.kernels:
+        for precision in args.precisions:
+            for trainer in args.trainers:
+                key = f"{trainer}/{precision}/{kernels}"
+                results[key] = _child(trainer, precision, kernels, work / "tiny", args)
+                _print(key, results[key])
+    _ratios(results, args)
+    threads = args.threads or "default"
+    print(
+        f"steps {args.steps}, batch {args.batch_size}, budget {args.micro_batch_tokens} tokens, "
+        f"{len(_states(args))} states, torch threads {threads}, load average {os.getloadavg()[0]:.1f}"
+    )
+
+
+def _child(trainer: str, precision: str, kernels: str, checkpoint: Path, args) -> dict:
+    """One trainer's figures, measured in a child process started with ``kernels``' environment."""
+    command = [
+        sys.executable, __file__, "--child", trainer, "--precision", precision, "--checkpoint", str(checkpoint),
+        "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
+        "--micro-batch-tokens", str(args.micro_batch_tokens),
+        *(["--samples", str(args.samples)] if args.samples else []),
+        *(["--states", args.states] if args.states else []),
+        *(["--threads", str(args.threads)] if args.threads else []),
+    ]  # fmt: skip
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RMSWEB_CPU_KERNELS": kernels}
+    if kernels == "native":  # the pins this process inherited from importing rmsweb_kedro would still apply
+        from rmsweb_kedro.numerics import PORTABLE_KERNELS
+
+        env = {k: v for k, v in env.items() if k not in PORTABLE_KERNELS}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    line = next((out for out in done.stdout.splitlines() if out.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"{trainer} ({precision}, {kernels} kernels) failed:\n{done.stderr[-4000:]}")
+    return json.loads(line[len("RESULT ") :])
+
+
+def _print(key: str, figures: dict) -> None:
+    budget = (
+        f"   {figures['micro_batches']:.2f} micro-batches a step, {figures['fill']:.0%} full, measuring "
+        f"samples {figures['measuring_s']:.1f} s"
+        if key.startswith("budget/")
+        else ""
+    )
+    print(
+        f"{key:24s} tokens/s {figures['tokens_per_s']:7.0f} (per CPU-s {figures['tokens_per_cpu_s']:7.0f})   "
+        f"padding {figures['padding']:6.1%}   peak memory {figures['peak_memory_mb']:8.0f} MiB   final loss "
+        f"{figures['final_loss']:.3f}{budget}",
+        flush=True,
+    )
+
+
+def _ratios(results: dict, args) -> None:
+    """packed/padded, budget/padded and against TRL at each precision and kernel setting; fp32/bf16 a trainer."""
     pairs = [
         ("packed", "padded", " (target >= 1.3)"),
         ("budget", "padded", " (target >= 1.3)"),
@@ -344,18 +380,28 @@ def main() -> None:
         ("packed", "trl", ""),
         ("padded", "trl", ""),
     ]
-    for key in ("tokens_per_s", "tokens_per_cpu_s"):
-        ratios = [
-            f"{a}/{b} {results[a][key] / results[b][key]:.2f}{note}"
-            for a, b, note in pairs
-            if a in results and b in results
-        ]
-        print(f"{key}: " + ", ".join(ratios))
-    threads = args.threads or "default"
-    print(
-        f"steps {args.steps}, batch {args.batch_size}, budget {args.micro_batch_tokens} tokens, "
-        f"{len(_states(args))} states, torch threads {threads}, load average {os.getloadavg()[0]:.1f}"
-    )
+    for metric in ("tokens_per_s", "tokens_per_cpu_s"):
+        ratios = []
+        for kernels in args.kernels:
+            for precision in args.precisions:
+                at = f"/{precision}/{kernels}"
+                ratios += [
+                    f"{a}/{b} {results[a + at][metric] / results[b + at][metric]:.2f}{note} ({precision}, {kernels})"
+                    for a, b, note in pairs
+                    if a + at in results and b + at in results
+                ]
+            ratios += [
+                f"{trainer} fp32/bf16 {results[f'{trainer}/fp32/{kernels}'][metric] / results[f'{trainer}/bf16/{kernels}'][metric]:.2f} ({kernels})"
+                for trainer in args.trainers
+                if {f"{trainer}/fp32/{kernels}", f"{trainer}/bf16/{kernels}"} <= results.keys()
+            ]
+        if {"portable", "native"} <= set(args.kernels):
+            ratios += [
+                f"{key} portable/native {results[key][metric] / results[key.replace('/portable', '/native')][metric]:.2f}"
+                for key in results
+                if key.endswith("/portable")
+            ]
+        print(f"{metric}: " + ", ".join(ratios))
 
 
 if __name__ == "__main__":

@@ -3,14 +3,17 @@
 ``sandbox_server``: a running SandboxServer for the session (stops itself). ``sandbox_task_list``: the default suite.
 ``browser_config``: a BrowserConfig pointing ``*.sandbox.test`` at that server. ``browser_env``: ONE BrowserEnv
 for the session (call ``reset(task)`` per episode). ``make_browser_env``: a factory for extra envs, closed after
-the test (create and use them in one thread).
+the test (create and use them in one thread). ``OnItsThread``: a BrowserEnv whose every call runs on one worker
+thread (open-web tests beside the module's shared env).
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +76,17 @@ def make_browser_env(browser_config: BrowserConfig) -> Iterator[Callable[..., Br
 @pytest.fixture
 def screenshot_dir(tmp_path: Path) -> Path:
     return tmp_path / "shots"
+
+
+class OnItsThread:
+    """A BrowserEnv whose every call runs on the one thread that owns it: Playwright's sync API belongs to the thread
+    that started it, and the suite's shared env (tests/fixtures_web.py) may hold the main thread's."""
+
+    def __init__(self, env: BrowserEnv, pool: ThreadPoolExecutor):
+        self._env, self._pool = env, pool
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._env, name)
+        if not callable(value):
+            return value
+        return lambda *args, **kwargs: self._pool.submit(value, *args, **kwargs).result()

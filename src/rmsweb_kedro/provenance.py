@@ -134,7 +134,9 @@ def cpu_model() -> tuple[str | None, list[str]]:
 
 
 #: Environment variables that change which CPU kernels run, hence the bits a run computes.
-KERNEL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+KERNEL_ENV = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "RMSWEB_CPU_KERNELS"
+)  # fmt: skip
 
 
 def hardware() -> dict[str, Any]:
@@ -157,6 +159,9 @@ def hardware() -> dict[str, Any]:
         import torch
     except ImportError:
         return info
+    from rmsweb_kedro.numerics import numerics_record
+
+    info["numerics"] = numerics_record()  # the kernel pins and what mixed_precision: auto runs as here
     info["torch_threads"] = torch.get_num_threads()
     info["torch_interop_threads"] = torch.get_num_interop_threads()
     info["torch_cpu_capability"] = (
@@ -287,6 +292,16 @@ def read_parquet_manifest(path: str | Path) -> RunManifest | None:
     return RunManifest.model_validate_json(raw) if raw else None
 
 
+def _numerics_row(numerics: dict[str, Any] | None) -> str:
+    if not numerics:
+        return "not recorded"
+    pins = ", ".join(f"{k}={v}" for k, v in numerics["kernel_pins"].items()) or "none"
+    return (
+        f"{numerics['cpu_kernels']} CPU kernels ({pins}); mixed_precision auto = "
+        f"{numerics['mixed_precision_auto']} here (numerics.py)"
+    )
+
+
 def manifest_markdown(manifest: dict[str, Any] | RunManifest | None) -> str:
     """The manifest as the report's first section (a short table, then checkpoints and judges)."""
     if manifest is None:
@@ -309,6 +324,7 @@ def manifest_markdown(manifest: dict[str, Any] | RunManifest | None) -> str:
             f"{hw.get('torch_threads', '?')} threads, {hw.get('torch_cpu_capability', '?')} kernels), GPUs: {gpus}",
         ),
         ("CPU instruction sets", " ".join(hw.get("cpu_flags") or []) or "not recorded"),
+        ("numerics", _numerics_row(hw.get("numerics"))),
         ("python / packages", f"{m.python}; " + ", ".join(f"{k} {v}" for k, v in m.packages.items())),
         ("seeds", ", ".join(f"{k}={v}" for k, v in m.seeds.items()) or "none"),
         ("judges", "; ".join(f"`{j}`" for j in m.judges) or "none recorded"),

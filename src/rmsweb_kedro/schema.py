@@ -34,7 +34,7 @@ CollectionMode = Literal["single", "independent_retries", "reflection_retries", 
 #: ``time_limit``: the attempt's wall time ran out; ``critical_point``: a live episode stopped before an irreversible
 #: step (paying, submitting personal data, sending a message), counted apart in summaries. Three ends are the
 #: environment's, never judged as the agent's: ``env_error`` (a crash or timeout that persisted), ``blocked`` (the
-#: site refused the browser: a captcha or anti-bot page, HTTP 403/429 on the page, a login wall; the kind in
+#: site refused the browser: a captcha, an anti-bot page, HTTP 403/429 on the page, a login wall; the kind in
 #: ``metadata["blocked"]``) and ``judge_error`` (the judge could not judge: ``metadata["judge_error"]``).
 Termination = Literal[
     "stop",
@@ -49,8 +49,10 @@ Termination = Literal[
 ]
 #: The ends that are the environment's: no verdict, ``success`` null, counted apart in every summary.
 ENV_TERMINATIONS = ("env_error", "blocked", "judge_error")
-#: What blocked a browser (``Observation.blocked``, ``metadata["blocked"]`` of a ``blocked`` trajectory).
-BlockKind = Literal["captcha", "http_403", "http_429", "login_wall"]
+#: What blocked a browser (``Observation.blocked``, ``metadata["blocked"]`` of a ``blocked`` trajectory): a
+#: challenge widget shown on the page, an anti-bot interstitial, a refusing status, a login wall (web.browser
+#: ``block_kind``).
+BlockKind = Literal["captcha", "anti_bot", "http_403", "http_429", "login_wall"]
 
 #: Online-Mind2Web's difficulty bands by reference length (steps).
 LEVEL_BOUNDS = {"easy": (1, 5), "medium": (6, 10), "hard": (11, 10_000)}

@@ -28,8 +28,7 @@ import pytest
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.schema import Task
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, is_private_address, resolve
-from tests.fixtures_web import chromium_available
-from tests.web.test_open_web import OnItsThread
+from tests.fixtures_web import OnItsThread, chromium_available
 
 PRIVATE = "127.0.0.2"
 NAMES = {"open.test": "127.0.0.1", "cdn.test": "127.0.0.1", "intranet.test": PRIVATE, "evil.test": PRIVATE}
@@ -47,6 +46,10 @@ def test_private_addresses_are_every_non_global_range():
     # the default resolver: a name is judged by what it resolves to (localhost is loopback, whatever its text)
     assert resolve("localhost") and all(is_private_address(a) for a in resolve("localhost"))
     assert resolve("no-such-host.invalid") == []
+    # with Chromium's host-resolver rules, the address Chromium will connect to (no lookup)
+    rules = "MAP *.sandbox.test 127.0.0.1:8000, MAP gone.test ~NOTFOUND, MAP v6.test [fd00::1]:80"
+    assert resolve("shop.sandbox.test", rules) == ["127.0.0.1"] and resolve("gone.test", rules) == []
+    assert resolve("v6.test", rules) == ["fd00::1"]
 
 
 def test_a_bad_allowed_range_names_the_field():

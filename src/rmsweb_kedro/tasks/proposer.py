@@ -8,7 +8,7 @@ proposed = kept + sum(dropped) (:func:`propose` checks it):
 
 1. ``malformed``: the reply item has no task text;
 2. ``infeasible``: the proposer marked it so (``feasible: false``), or its site could not be seen (no page, an
-   environment error, an empty page) or refuses the browser (``Observation.blocked``: captcha, 403/429, login
+   environment error, an empty page) or refuses the browser (``Observation.blocked``: captcha, anti-bot, 403/429, login
    wall); such a site's model call is skipped and the site is counted in ``sites_infeasible``;
 3. ``unsafe``: the text asks for a critical step, the kinds live episodes stop before
    (:class:`~rmsweb_kedro.rollouts.CriticalPoints`: paying, personal data, messages, accounts, deleting);

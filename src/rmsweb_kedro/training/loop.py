@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rmsweb_kedro.tracking import log_step
 
@@ -110,7 +110,11 @@ class LoopConfig(BaseModel):
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     max_grad_norm: float | None = 1.0
-    mixed_precision: str = Field(default="no", description="'no', 'bf16' or 'fp16' (Accelerate)")
+    mixed_precision: str = Field(
+        default="auto",
+        description="Accelerate's setting: 'no' (or fp32), 'bf16', 'fp16', or 'auto' (bf16 on an accelerator, "
+        "fp32 on every CPU: numerics.resolve_mixed_precision)",
+    )
     gradient_checkpointing: bool = Field(
         default=False, description="recompute activations in the backward pass (memory for ~30% more compute)"
     )
@@ -124,6 +128,13 @@ class LoopConfig(BaseModel):
     max_seconds: float | None = Field(default=None, description="wall-clock budget; the run stops early")
     log_every: int = Field(default=10, ge=1)
     progress: bool = True
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _precision(cls, value: Any) -> str:
+        from rmsweb_kedro.numerics import normalise_mixed_precision
+
+        return normalise_mixed_precision(value)
 
 
 @dataclass
@@ -179,11 +190,14 @@ def make_accelerator(config: LoopConfig):
     from accelerate.utils import DistributedDataParallelKwargs
 
     from rmsweb_kedro.modeling import cpu_only
+    from rmsweb_kedro.numerics import resolve_mixed_precision
 
     # DDP: a text-only batch leaves Qwen3-VL's vision tower without gradients, which DDP refuses unless told
     unused = DistributedDataParallelKwargs(find_unused_parameters=True)
     cpu = cpu_only()
-    accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=cpu, kwargs_handlers=[unused])
+    accelerator = Accelerator(
+        mixed_precision=resolve_mixed_precision(config.mixed_precision), cpu=cpu, kwargs_handlers=[unused]
+    )
     if cpu and accelerator.num_processes > 1 and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
         _fsdp_on_cpu(accelerator)
     return accelerator

@@ -14,11 +14,12 @@ frames, WebSockets) load from any http(s)/ws(s) host but the deny list (``blocke
 ``blocked_hosts_file``); other schemes are refused. Private networks are closed on the open web: no request of any
 kind goes to a host that resolves to a non-global address (loopback, RFC 1918, link-local and cloud metadata,
 CGNAT, ULA, unspecified: :func:`is_private_address`), whatever ``allowed_domains`` says, unless it is the task's own
-host or the address is in ``allowed_private_networks``; the decision is on the addresses (the env's resolver,
-``socket.getaddrinfo`` by default, cached per host), not the name. Redirects are checked hop by hop (Playwright's
-route sees only a redirect's first URL: a CDP session pauses every response of the open web's pages), WebSockets
-through ``route_web_socket``, and service workers are blocked (their requests pass no route). On the open web each observation also says whether the site refused the browser
-(``Observation.blocked``: :func:`block_kind`), an environment outcome the episode records as ``blocked``.
+host or the address is in ``allowed_private_networks``; the decision is on the addresses (the env's resolver, by
+default a host-resolver rule's target or ``socket.getaddrinfo``, cached per host), not the name. Redirects are
+checked hop by hop (Playwright's route sees only a redirect's first URL: a CDP session pauses every response of the
+open web's pages), WebSockets through ``route_web_socket``, and service workers are blocked (their requests pass no
+route). On the open web each observation also says whether the site refused the browser (``Observation.blocked``:
+:func:`block_kind`), an environment outcome the episode records as ``blocked``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from fnmatch import fnmatch
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -193,8 +195,21 @@ def registrable_domain(host: str) -> str:
 Resolver = Callable[[str], list[str]]
 
 
-def resolve(host: str) -> list[str]:
-    """The addresses ``host`` resolves to on this machine (``socket.getaddrinfo``); [] when it does not resolve."""
+def resolve(host: str, host_resolver_rules: str | None = None) -> list[str]:
+    """The addresses Chromium will connect to for ``host``: its first matching ``MAP`` rule of
+    ``host_resolver_rules`` (Chromium's flag, as ``BrowserConfig`` passes it: ``MAP pattern target``, ``EXCLUDE
+    pattern``, comma-separated; ``~NOTFOUND`` resolves to nothing), else ``socket.getaddrinfo``; [] when it does not
+    resolve."""
+    for rule in (host_resolver_rules or "").split(","):
+        words = rule.split()
+        if len(words) == 2 and words[0].upper() == "EXCLUDE" and fnmatch(host, words[1].lower()):
+            break
+        if len(words) == 3 and words[0].upper() == "MAP" and fnmatch(host, words[1].lower()):
+            target = words[2]
+            if target == "~NOTFOUND":
+                return []
+            target = target[1 : target.index("]")] if target.startswith("[") else target.rsplit(":", 1)[0]
+            return resolve(target)
     try:
         infos = socket.getaddrinfo(host, None)
     except (OSError, UnicodeError):
@@ -225,41 +240,63 @@ def read_blocked_hosts(path: str | Path) -> set[str]:
     return hosts
 
 
-#: Titles and texts of captcha and anti-bot interstitials (Cloudflare, Akamai, PerimeterX, DataDome, reCAPTCHA).
+#: Titles and texts of anti-bot interstitials (Cloudflare, Akamai, PerimeterX, DataDome, Imperva, Amazon). A title
+#: counts when it is the whole title, or is followed by " | site" (not "Access denied when opening a folder - Help"),
+#: and title or text only on a page with little content of its own (an article about captchas may say all of them).
 _INTERSTITIAL_TITLE = re.compile(
-    r"^\s*(just a moment|attention required|access denied|are you a (robot|human)|verify you are human|"
-    r"security check|one more step|pardon our interruption|robot check|captcha)",
+    r"^\s*(just a moment|attention required|access denied|access to this page has been denied|"
+    r"are you a (robot|human)|verify(ing)? you are (a )?human|human verification|security check|one more step|"
+    r"pardon our interruption|robot check|checking your browser|please wait|captcha)[\s.!?\u2026]*"
+    r"(\s[|\-\u2013\u2014:]\s.*)?$",
     re.IGNORECASE,
 )
 _CHALLENGE_TEXT = re.compile(
-    r"verify (that )?you are (a )?human|are you a robot|unusual traffic from your|checking your browser|"
-    r"checking if the site connection is secure|press (&|and) hold|complete the security check|solve (this|the) captcha",
+    r"verify(ing)? (that )?you are (a )?human|are you a robot|unusual traffic from your|checking your browser|"
+    r"checking if the site connection is secure|press (&|and) hold|complete the security check|"
+    r"solve (this|the) captcha|needs to review the security of your connection|incapsula incident|"
+    r"you don't have permission to access",
     re.IGNORECASE,
 )
-_LOGIN = re.compile(r"(^|[^a-z])(log[ _-]?in|sign[ _-]?in|signin|login|auth|sso)([^a-z]|$)", re.IGNORECASE)
-#: A login wall is a login form, not a site page with a sign-in box in its header.
-_LOGIN_WALL_MAX_ELEMENTS = 25
+#: Little content of its own: at most this many links and controls (``ownControls``) outside challenges, sign-in
+#: forms, site chrome (navigation, banner, contentinfo) and overlays (fixed boxes, dialogs), and fewer characters of
+#: such text (``ownChars``) than the limits below. Vendors' refusal pages have 0-1 links and 0-500 characters
+#: (PerimeterX's block page ~490, Cloudflare's challenge ~160). Set on the corpus of tests/web/block_corpus, whose
+#: measured fit and held-out check docs/collect.md gives.
+_SPARSE_MAX_CONTROLS = 3
+#: Below it an interstitial's title, text or markup, or a 403/429, is the whole page.
+_REFUSAL_MAX_CHARS = 600
+#: Below it a sign-in card (the form and what surrounds it: block_signals.js) is the page's main content, not a
+#: sign-in box beside a page of content (a library's opening hours, an article's teaser).
+_LOGIN_WALL_MAX_CHARS = 300
 
 
-def block_kind(signals: dict[str, Any], status: int | None, url: str) -> BlockKind | None:
-    """Whether a page refuses the browser, and how: ``captcha`` (a captcha or anti-bot widget, or an interstitial's
-    title or text), ``http_403``/``http_429`` (the status of the page's main document), ``login_wall`` (a visible
-    password field on a small page whose address or title says log in / sign in); None for an ordinary page.
-    ``signals``: the page script ``block_signals``'s result."""
-    text = signals.get("text", "")
-    if (
-        signals.get("captchaWidget")
-        or _INTERSTITIAL_TITLE.search(signals.get("title", ""))
-        or (len(text) < 2000 and _CHALLENGE_TEXT.search(text))
-    ):
+def block_kind(signals: dict[str, Any], status: int | None) -> BlockKind | None:
+    """Whether a page refuses the browser, and how; None for an ordinary page. A block is shown and stands between
+    the agent and the page (docs/collect.md, "The open web"):
+
+    - ``captcha``: a challenge widget shown on the page (rendered, of real size, on screen: reCAPTCHA's checkbox or
+      image challenge, hCaptcha, Turnstile, Arkose, DataDome, PerimeterX's press-and-hold), drawn over the page or
+      on a page with little content of its own; not an invisible reCAPTCHA v3 badge, a challenge frame kept
+      hidden, or a checkbox in a comment form under an article;
+    - ``anti_bot``: an interstitial with little content of its own: a vendor's challenge or refusal markup, or an
+      interstitial's title or text ("Just a moment...", "Access denied", "Checking your browser");
+    - ``http_403`` / ``http_429``: the page's main document answered so, with little content of its own;
+    - ``login_wall``: a visible password field, and its sign-in card is the page's main content.
+
+    ``signals``: the page script ``block_signals``'s result; ``status``: the main document's HTTP status (None:
+    unknown, then the page's own navigation timing's)."""
+    status = status or signals.get("status")
+    title, text = signals.get("title", ""), signals.get("text", "")
+    chars, sparse = signals.get("ownChars", 0), signals.get("ownControls", 0) <= _SPARSE_MAX_CONTROLS
+    refusal = sparse and chars < _REFUSAL_MAX_CHARS  # the page has little but what refuses the browser
+    if signals.get("widget") and (signals.get("overlay") or refusal):
         return "captcha"
-    if status in (403, 429):
-        return "http_403" if status == 403 else "http_429"
-    if (
-        signals.get("passwordFields", 0) > 0
-        and signals.get("interactive", 0) <= _LOGIN_WALL_MAX_ELEMENTS
-        and (_LOGIN.search(urlsplit(url).path) or _LOGIN.search(signals.get("title", "")))
-    ):
+    if refusal:
+        if signals.get("interstitial") or _INTERSTITIAL_TITLE.search(title) or _CHALLENGE_TEXT.search(text):
+            return "anti_bot"
+        if status in (403, 429):
+            return "http_403" if status == 403 else "http_429"
+    if sparse and chars < _LOGIN_WALL_MAX_CHARS and signals.get("passwordFields", 0) > 0:
         return "login_wall"
     return None
 
@@ -307,9 +344,10 @@ class BrowserEnv:
     """A headless Chromium for one episode at a time. Not thread-safe: one env per thread."""
 
     def __init__(self, config: BrowserConfig | None = None, resolver: Resolver | None = None):
-        """``resolver``: how the open web's private-network rule finds a host's addresses (:func:`resolve`)."""
+        """``resolver``: how the open web's private-network rule finds a host's addresses (default :func:`resolve`
+        with the config's host-resolver rules)."""
         self.config = config or BrowserConfig()
-        self._resolve = resolver or resolve
+        self._resolve = resolver or (lambda host: resolve(host, self.config.host_resolver_rules))
         self._addresses: dict[str, list[str]] = {}  # host -> its addresses, cached for an episode
         self._private_ok = [
             ipaddress.ip_network(n, strict=False) for n in self.config.allowed_private_networks
@@ -621,7 +659,14 @@ class BrowserEnv:
             try:
                 with self._bounded(self._navigation_budget_s, f"opening {task.start_url}"):
                     self._fresh_session()
-                    self._page.goto(task.start_url)
+                    try:
+                        self._page.goto(task.start_url)
+                    except Exception as err:
+                        # an empty 403/429 fails the load (Chromium shows its own error page): the site refused the
+                        # browser, which works
+                        refused = self._documents.get(id(self._page)) in (403, 429)
+                        if not (refused and "ERR_HTTP_RESPONSE_CODE_FAILURE" in str(err)):
+                            raise
                 return self._observe()
             except Exception as err:  # a start that fails twice is an environment error, not the agent's
                 error, env_error = f"could not open {task.start_url}: {_first_line(err)}", True
@@ -899,10 +944,7 @@ class BrowserEnv:
         if page.url.startswith(("http://", "https://")):
             self._last_url = page.url
         tabs = [p.url for p in self._context.pages if p is not page and not p.is_closed()] + [page.url]
-        blocked = None
-        if self._site is not None and page.url.startswith(("http://", "https://")):
-            signals = page.evaluate(_script("block_signals"))
-            blocked = block_kind(signals, self._documents.get(id(page)), page.url)
+        blocked = self._refusal(page) if self._site is not None else None
         return Observation(
             url=page.url,
             title=snapshot["title"],
@@ -913,6 +955,16 @@ class BrowserEnv:
             blocked=blocked,
             scroll=tuple(snapshot.get("scroll", (0.0, 0.0))),
         )
+
+    def _refusal(self, page: Any) -> BlockKind | None:
+        """Whether an open-web page refuses the browser (:func:`block_kind`); so does a 403/429 whose empty body
+        Chromium replaced with its own error page."""
+        status = self._documents.get(id(page))  # None for a tab opened by the page: its own timing tells
+        if page.url.startswith(("http://", "https://")):
+            return block_kind(page.evaluate(_script("block_signals")), status)
+        if page.url.startswith("chrome-error://"):
+            return block_kind({"status": page.evaluate(_script("block_signals"))["status"]}, status)
+        return None
 
     def _capture(self, path: Path) -> None:
         """The viewport as PNG through CDP: with optimizeForSpeed it takes half of page.screenshot's time."""
