@@ -201,3 +201,23 @@ def test_nothing_from_the_open_web_reaches_a_private_service(sites):
         finally:
             env.close()
         assert ("intranet.test", "/fetch") in sites.private_requests()
+
+
+def test_a_dedicated_workers_fetch_is_refused_and_its_websocket_is_the_known_gap(sites, monkeypatch):
+    # Playwright routes no WebSocket that a dedicated worker opens (docs/collect.md): kept visible here, so the
+    # last assertion fails once the gap is closed.
+    worker = ("const s = new WebSocket('ws://intranet.test/worker-ws');"
+              "fetch('http://intranet.test/worker-fetch').catch(() => 0);")  # fmt: skip
+    monkeypatch.setattr(Sites, "page", lambda self: f"""<html><body><script>
+        new Worker(URL.createObjectURL(new Blob([{worker!r}], {{type: "text/javascript"}})));
+        </script></body></html>""")  # fmt: skip
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        env = open_env(sites, pool, ["127.0.0.1/32"])
+        try:
+            env.reset(TASK)
+            env.step(Action(type=ActionType.WAIT, seconds=1.5))
+        finally:
+            env.close()
+    reached = sites.private_requests()
+    assert ("intranet.test", "/worker-fetch") not in reached  # the worker's fetch is routed and refused
+    assert ("intranet.test", "/worker-ws") in reached
