@@ -426,23 +426,21 @@ class _ThreadPool:
         self._jobs: queue.Queue[tuple[int, EpisodeSpec] | None] = queue.Queue()
         self._results: queue.Queue[tuple[int, Any]] = queue.Queue()
         self._hard_limit = hard_limit_s(config, settings)
-        self._running: dict[
-            int, tuple[float, EpisodeWorker, threading.Thread]
-        ] = {}  # ticket -> since, by whom
-        self._abandoned: set[int] = (
-            set()
-        )  # tickets given up: their threads end after them, their results dropped
+        # ticket -> (since when, by which worker, on which thread)
+        self._running: dict[int, tuple[float, EpisodeWorker, threading.Thread]] = {}
+        # tickets given up: their threads end after them, their results are dropped; those threads are left
+        self._abandoned: set[int] = set()
         self._left: set[threading.Thread] = set()
         self.free = n
         self._threads: list[threading.Thread] = []
-        self._start = lambda: self._spawn(roles, browser, settings)
+        self._roles, self._browser, self._settings = roles, browser, settings
         for _ in range(n):
-            self._start()
+            self._spawn()
 
-    def _spawn(self, roles: Roles, browser: Any, settings: EpisodeSettings) -> None:
+    def _spawn(self) -> None:
         thread = threading.Thread(
             target=self._serve,
-            args=(roles, browser, settings),
+            args=(self._roles, self._browser, self._settings),
             name=f"browser-env-{len(self._threads)}",
             daemon=True,
         )
@@ -489,7 +487,7 @@ class _ThreadPool:
                         "an episode ran past its hard limit of %.0f s; giving it up", self._hard_limit
                     )
                     worker.env.kill()
-                    self._start()
+                    self._spawn()
                     self.free += 1
                     return ticket, _Lost(f"the episode ran past its hard limit of {self._hard_limit:.0f} s")
             try:

@@ -214,9 +214,8 @@ def resolve(host: str, host_resolver_rules: str | None = None) -> list[str]:
         infos = socket.getaddrinfo(host, None)
     except (OSError, UnicodeError):
         return []
-    return sorted(
-        {str(info[4][0]).split("%")[0] for info in infos}
-    )  # an IPv6 scope (fe80::1%eth0) is no address
+    # an IPv6 scope (fe80::1%eth0) is no part of the address
+    return sorted({str(info[4][0]).split("%")[0] for info in infos})
 
 
 def is_private_address(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -539,8 +538,8 @@ class BrowserEnv:
     def _bounded(self, seconds: float, doing: str) -> Iterator[None]:
         """Run Playwright calls under a deadline; past it a watchdog thread kills this env's Chromium (the pending call
         then raises) and the block raises :class:`PageHang`. A sync Playwright call cannot be interrupted from another
-        thread, and a renderer stuck in a script answers nothing, not even Runtime.terminateExecution in time: killing
-        the process is the one way out that always works."""
+        thread (its objects belong to the owning thread), and killing the processes ends whatever the call waits on:
+        a renderer stuck in a script, a dead GPU process, a browser that stopped answering."""
         lock, state = threading.Lock(), {"open": True, "fired": False}
 
         def expire() -> None:
@@ -609,12 +608,12 @@ class BrowserEnv:
             ip = ip.ipv4_mapped
         return not is_private_address(ip) or any(ip in network for network in self._private_ok)
 
-    def _route_socket(self, socket: Any) -> None:
+    def _route_socket(self, websocket: Any) -> None:
         """A WebSocket (``route`` sees none) connects under the rules of a sub-resource, or is closed."""
-        if self.allowed(socket.url, top_level=False):
-            socket.connect_to_server()
+        if self.allowed(websocket.url, top_level=False):
+            websocket.connect_to_server()
         else:
-            socket.close()
+            websocket.close()
 
     def _route(self, route: Any) -> None:
         url = route.request.url
