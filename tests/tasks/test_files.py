@@ -99,26 +99,22 @@ def test_webgym_rows_as_areal_writes_them_back(tmp_path):
 
 
 def test_openwebrl_parquet_reads_nested_metadata(tmp_path):
+    """Rows as OpenWebRL's openwebrl/data/convert_benchmark_jsonl_to_parquet.py ``record_to_row`` writes them:
+    ``prompt`` the chat messages, ``metadata`` a struct of task_id (prefixed), start_url and task."""
     path = tmp_path / "openwebrl.parquet"
-    pl.DataFrame(
-        {
-            "prompt": ["<task>Find the opening hours</task>", "<task>?</task>", "<task>Read the news</task>"],
-            "metadata": [
-                {
-                    "task_id": "ow-1",
-                    "start_url": "https://library.example/",
-                    "task": "Find the opening hours",
-                },
-                {"task_id": "ow-2", "start_url": "https://museum.example/", "task": None},
-                {"task_id": "ow-3", "start_url": "not a url", "task": "Read the news"},
-            ],
-        }
-    ).write_parquet(path)
+
+    def row(task_id, url, task):
+        return {"prompt": [{"role": "user", "content": task or ""}],
+                "metadata": {"task_id": task_id, "start_url": url, "task": task}}  # fmt: skip
+
+    rows = [row("webgym/ow-1", "https://library.example/", "Find the opening hours"),
+            row("webgym/ow-2", "https://museum.example/", None), row("webgym/ow-3", "not a url", "Read the news")]  # fmt: skip
+    pl.DataFrame(rows).write_parquet(path)
     result = load_task_file({"path": str(path), "shape": "openwebrl"})
     assert result.counts() == {"rows_in": 3, "accepted": 1, "quarantined": 2}
     (task,) = result.tasks
     assert (task.id, task.instruction, task.site, task.judge.kind) == (
-        "ow-1", "Find the opening hours", "library.example", "none"
+        "webgym/ow-1", "Find the opening hours", "library.example", "none"
     )  # fmt: skip
     assert judge_kind(task, "webvoyager") == "webvoyager", "nothing carried: the stage's judge, honoured"
     assert {(q["line"], q["field"]) for q in result.quarantine} == {

@@ -10,9 +10,12 @@ for the published task files:
   (``_prepare_tasks``: the answer in ``definite_answer``; ``evaluator_reference`` a text, a list of texts, a list of
   ``{description, difficulty}`` or fact groups ``{id, description, facts}``; ``difficulty`` an integer, 1-3 easy,
   4-6 medium, 7+ hard). Judged as its ``webgym/models/evaluator.py`` judges (every fact must hold);
-- ``openwebrl``: OpenWebRL's parquet, ``prompt`` + ``metadata: {task_id, start_url, task}`` (the task text is
-  ``metadata.task``; ``prompt`` is it wrapped in their template);
-- ``pae``: PAE's JSONL, ``{web_name, id, ques, web}`` (WebVoyager's shape; ``web_name`` kept as a label);
+- ``openwebrl``: OpenWebRL's parquet as ``openwebrl/data/convert_benchmark_jsonl_to_parquet.py`` writes it:
+  ``prompt`` (the chat messages, ``[{role: user, content: <task>}]``) + ``metadata: {task_id, start_url, task}``
+  (``task_id`` like ``webvoyager/84``); the text is ``metadata.task``;
+- ``pae``: PAE's JSONL, ``{web_name, id, ques, web}`` (WebVoyager's shape, as amazon-science/PAE's
+  ``scripts/propose_tasks_from_names_webvoyager.py`` writes it, ``web`` looked up from ``web_name``); ``web_name`` is
+  kept as a label;
 - ``project``: this project's own Task rows (what the proposer writes).
 
 A task's site is its start page's registrable domain (:func:`rmsweb_kedro.sites.site_of`), whatever label the file
