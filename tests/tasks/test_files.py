@@ -316,3 +316,12 @@ def test_a_task_file_copying_a_webvoyager_task_is_dropped_on_the_real_files(tmp_
     assert [t.instruction[:28] for t in tasks_from_frame(tasks)] == ["Find a recipe for a gluten-f"]
     assert "webvoyager:Allrecipes--1 (on allrecipes.com" in quarantine["reason"][0]
     assert report["contaminated_webvoyager"].to_list() == [1]
+
+
+def test_a_site_is_the_registrable_domain_of_a_url_or_bare_host():
+    from rmsweb_kedro.sites import site_of
+
+    assert site_of("https://www.gamestop.com/x") == "gamestop.com" == site_of("gamestop.com")
+    assert site_of("https://en.wikipedia.org/wiki/Faust") == "wikipedia.org" == site_of("de.wikipedia.org")
+    assert site_of("https://a.github.io/") != site_of("https://b.github.io/")  # private suffixes counted
+    assert site_of("http://127.0.0.1:8080/") == "127.0.0.1" and site_of("https://www.bbc.co.uk/") == "bbc.co.uk"

@@ -21,6 +21,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: The evaluation benchmarks a training task is compared with (keys of ``loaders.load_folder``).
 EVALUATION_BENCHMARKS = ("webvoyager", "online_mind2web", "webtailbench")
+#: Every task file ``loaders.load_folder`` reads (Fara's cleaned WebVoyager and GAIA's web subset too).
+BenchmarkName = Literal["webvoyager", "online_mind2web", "webtailbench", "webvoyager_fara", "gaia_web"]
 
 _STOP = frozenset(
     "a an the of on in at to for from and or with by is are be was it its as what which who how find show me my "
@@ -46,7 +49,7 @@ class DecontaminationParams(BaseModel):
     #: folders holding the benchmark files by their standard names (loaders.load_folder); absent ones are skipped
     folders: list[str] = Field(default_factory=lambda: ["data/01_raw/benchmarks"])
     #: the benchmarks compared with ([]: no decontamination)
-    benchmarks: list[str] = Field(default_factory=lambda: list(EVALUATION_BENCHMARKS))
+    benchmarks: list[BenchmarkName] = Field(default_factory=lambda: list(EVALUATION_BENCHMARKS))
     #: :func:`similarity` at or above which a task on a benchmark task's site is that task (measured: docs/tasks.md)
     intent_similarity: float = Field(default=0.9, gt=0, le=1)
 
