@@ -324,4 +324,6 @@ def test_a_site_is_the_registrable_domain_of_a_url_or_bare_host():
     assert site_of("https://www.gamestop.com/x") == "gamestop.com" == site_of("gamestop.com")
     assert site_of("https://en.wikipedia.org/wiki/Faust") == "wikipedia.org" == site_of("de.wikipedia.org")
     assert site_of("https://a.github.io/") != site_of("https://b.github.io/")  # private suffixes counted
-    assert site_of("http://127.0.0.1:8080/") == "127.0.0.1" and site_of("https://www.bbc.co.uk/") == "bbc.co.uk"
+    assert (
+        site_of("http://127.0.0.1:8080/") == "127.0.0.1" and site_of("https://www.bbc.co.uk/") == "bbc.co.uk"
+    )
