@@ -29,7 +29,10 @@ from rmsweb_kedro.actions import (
 TaskSource = Literal["sandbox", "webvoyager", "online_mind2web", "webtailbench", "user", "file", "proposed"]
 Level = Literal["easy", "medium", "hard"]
 Split = Literal["train", "val", "test"]
-JudgeKind = Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer", "none"]
+#: ``webgym``: WebGym's evaluator, chosen for tasks carrying a rubric beside a reference answer (agents.judges).
+JudgeKind = Literal[
+    "sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer", "webgym", "none"
+]
 CollectionMode = Literal["single", "independent_retries", "reflection_retries", "policy", "user"]
 #: ``time_limit``: the attempt's wall time ran out; ``critical_point``: a live episode stopped before an irreversible
 #: step (paying, submitting personal data, sending a message), counted apart in summaries. Three ends are the

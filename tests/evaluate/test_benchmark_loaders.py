@@ -43,10 +43,11 @@ def test_webvoyager_rows_with_reference_answers():
     assert all(q["source_file"].endswith("webvoyager.jsonl") for q in result.quarantine)
 
     first = result.tasks[0]
-    assert (first.source, first.site, first.start_url) == (
+    assert (first.source, first.site, first.start_url, first.metadata["web_name"]) == (
         "webvoyager",
-        "Allrecipes",
+        "allrecipes.com",  # a site is the registrable domain; WebVoyager's own name stays in metadata
         "https://www.allrecipes.com/",
+        "Allrecipes",
     )
     assert first.judge.kind == "webvoyager"
     assert first.judge.config == {
@@ -169,14 +170,16 @@ def test_full_files_load_every_row(shared_benchmarks):
         "webtailbench": (609, 0),
     }
     webvoyager = results["webvoyager"].tasks
-    assert len({t.site for t in webvoyager}) == 15
+    assert len({t.metadata["web_name"] for t in webvoyager}) == 15
+    # one site per registrable domain: Google Flights, Google Map and Google Search are all google.com
+    assert len({t.site for t in webvoyager}) == 13
     answers = Counter(t.judge.config.get("reference_answer_type") for t in webvoyager)
     assert answers == {"possible": 500, "golden": 143}  # every task found its reference answer
     assert sum(t.metadata["reworded"] for t in results["webvoyager_fara"].tasks) == 86  # as Fara documents
     om2w = results["online_mind2web"].tasks
     assert Counter(t.level for t in om2w) == {"easy": 83, "medium": 143, "hard": 74}
     webtail = results["webtailbench"].tasks
-    assert len({t.site for t in webtail}) == 11
+    assert len({t.metadata["category"] for t in webtail}) == 11
     assert sum(len(t.judge.config["rubric"]) for t in webtail) == sum(
         len(json.loads(line)["precomputed_rubric"]["items"])
         for line in (shared_benchmarks / "WebTailBench_v1_rubrics.stagehand.jsonl").read_text().splitlines()

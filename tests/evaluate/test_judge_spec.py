@@ -86,9 +86,12 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
         assert type(judge) is type(built[kind])
     assert judges.for_task(task.model_copy(update={"judge": JudgeSpec(kind="rubric")})).threshold == 0.7
     assert type(judges.for_task(task)) is SandboxJudge
-    # A task without a checker: its rubric, its definite answer, else the LLM judge (WebJudge by default).
+    # A task without a checker: its rubric, its definite answer, else the stage's LLM judge (agents.judges.judge_kind);
+    # a stage whose judge is the sandbox checker cannot judge it and says so.
     unknown = task.model_copy(update={"source": "user", "judge": JudgeSpec(kind="none")})
-    assert type(judges.for_task(unknown)) is WebJudge
+    with pytest.raises(ValueError, match="carries no rubric or reference answer"):
+        judges.for_task(unknown)
+    assert type(JudgeByKind({"kind": "webjudge"}, endpoint=endpoint).for_task(unknown)) is WebJudge
     with_answer = JudgeSpec(kind="none", config={"reference_answer": "42"})
     assert type(judges.for_task(unknown.model_copy(update={"judge": with_answer}))) is ExactAnswerJudge
     with_rubric = JudgeSpec(kind="none", config={"rubric": [{"criterion": "c", "max_points": 1}]})
@@ -101,7 +104,7 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
     with pytest.raises(ValueError, match="no sandbox server runs for it"):
         JudgeByKind({"kind": "sandbox_checker"}).for_task(task)
     with pytest.raises(ValueError, match="has no endpoint: set judge.endpoint"):
-        JudgeByKind({"kind": "sandbox_checker"}, lambda _s: {}).for_task(unknown)
+        JudgeByKind({"kind": "webjudge"}, lambda _s: {}).for_task(unknown)
 
     # The stages' factory pickles (Ray actors build their judges) and gives a kind its own model when asked.
     import pickle

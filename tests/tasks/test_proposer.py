@@ -10,13 +10,11 @@ import re
 import polars as pl
 import pytest
 
+from rmsweb_kedro.agents.judges import judge_kind
 from rmsweb_kedro.schema import Observation, tasks_from_frame
+from rmsweb_kedro.tasks.decontamination import BenchmarkIndex, DecontaminationParams, normalise
 from rmsweb_kedro.tasks.proposer import (
-    DecontaminationParams,
     ProposerParams,
-    benchmark_intents,
-    contaminated_by,
-    normalise,
     parse_reply,
     propose,
     read_sites,
@@ -100,17 +98,33 @@ def test_the_proposer_filters_and_counts_each_kind(tmp_path, sandbox_server, log
     shop_prompt = next(p["text"] for p in requests[0]["messages"][0]["content"] if p["type"] == "text")
     assert "Shopwell" in shop_prompt.split("Accessibility tree:")[1], "the page tree is in the prompt"
     reasons = {(d["filter"], d["reason"]) for d in report["dropped"]}
-    assert ("contaminated", "matches evaluation task webvoyager:Recipes--0") in reasons
-    assert ("contaminated", "matches evaluation task online_mind2web:om-1") in reasons
-    assert ("contaminated", "matches evaluation task webtailbench:flights_1") in reasons
+    contaminated = sorted(r for f, r in reasons if f == "contaminated")
+    assert contaminated == [
+        "matches online_mind2web:om-1 (on sandbox.test, intent similarity 1.00)",
+        "matches webtailbench:flights_1 (intent alone: the benchmark task has no start page, intent similarity 1.00)",
+        "matches webvoyager:Recipes--0 (on sandbox.test, intent similarity 1.00)",
+    ]
     assert any(f == "unsafe" and "credit card" in r for f, r in reasons)
     assert report["benchmark_tasks_compared"] == 3
     assert [t.instruction for t in kept][:2] == [
         REPLIES["shop"][0]["instruction"],
         REPLIES["shop"][1]["instruction"],
     ]
-    assert {t.site for t in kept} == {"shop.sandbox.test", "recipes.sandbox.test", "flights.sandbox.test"}
-    assert [t.judge.kind for t in kept] == ["reference_answer", "rubric", "webjudge", "webjudge"]
+    # the sandbox's hosts are subdomains of one registrable domain: one site, as the browser sees it
+    assert {t.site for t in kept} == {"sandbox.test"}
+    # each task records what it carries; the judge is chosen from it (and the stage's configured judge)
+    assert [t.judge.kind for t in kept] == ["none"] * 4
+    assert kept[0].judge.config == {"reference_answer": "12.99"}
+    assert [c["criterion"] for c in kept[1].judge.config["rubric"]] == [
+        "names every category",
+        "nothing else",
+    ]
+    assert [judge_kind(t, "webvoyager") for t in kept] == [
+        "reference_answer",
+        "rubric",
+        "webvoyager",
+        "webvoyager",
+    ]
     assert all(t.source == "proposed" and t.metadata["proposer_model"] == "proposer-model" for t in kept)
     assert len({t.metadata["prompt_hash"] for t in kept}) == 1 and len({t.id for t in kept}) == len(kept)
     # the tasks stage reads them back, each with a split
@@ -123,16 +137,24 @@ def test_the_proposer_filters_and_counts_each_kind(tmp_path, sandbox_server, log
 
 
 def test_decontamination_against_the_real_benchmark_files(shared_benchmarks):
-    intents = benchmark_intents(DecontaminationParams(folders=[str(shared_benchmarks)]))
-    assert len(intents) > 1000 and {i[2].split(":")[0] for i in intents} == set(BENCHMARK_NAMES)
-    # a WebVoyager task reworded on its own site is caught; on another site, or a sandbox task, it is not
-    reworded = "find a recipe for vegetarian lasagna that has at least a four star rating and uses zucchini"
-    assert (
-        contaminated_by(reworded, "https://www.allrecipes.com/", intents, 0.6) == "webvoyager:Allrecipes--1"
-    )
-    assert contaminated_by(reworded, "https://www.example-recipes.org/", intents, 0.6) is None
+    params = DecontaminationParams(folders=[str(shared_benchmarks)])
+    index = BenchmarkIndex.load(params)
+    assert index.size == 643 + 300 + 609 and set(params.benchmarks) == set(BENCHMARK_NAMES)
+    # a WebVoyager task reworded on its own site (any subdomain) is caught; on another site, or a sandbox task, not
+    reworded = "Uses zucchini: find a vegetarian lasagna recipe with a rating of at least four stars"
+    for url in ("https://www.allrecipes.com/", "https://allrecipes.com/recipes", "http://m.allrecipes.com/"):
+        found = index.match(reworded, url, params.intent_similarity)
+        assert (found.benchmark, found.task_id, found.site) == (
+            "webvoyager",
+            "Allrecipes--1",
+            "allrecipes.com",
+        )
+    assert index.match(reworded, "https://www.example-recipes.org/", params.intent_similarity) is None
     sandbox = "What is the price of the cheapest item in the Kitchen category?"
-    assert contaminated_by(sandbox, "http://shop.sandbox.test/", intents, 0.6) is None
+    assert index.match(sandbox, "http://shop.sandbox.test/", params.intent_similarity) is None
+    # another Allrecipes task on allrecipes.com is a distinct task: kept
+    other = "Find a recipe for a gluten-free chocolate cake with at least 50 reviews"
+    assert index.match(other, "https://www.allrecipes.com/", params.intent_similarity) is None
 
 
 def test_a_page_not_seen_or_empty_is_infeasible():

@@ -1,17 +1,20 @@
 """The judge of each task, by what the task carries: the one place collect, mining's online probes, evaluate's
 online episodes and ``live`` get their judge from (:func:`judge_factory`, :class:`JudgeByKind`).
 
-Which judge (:func:`judge_kind`), given the stage's configured judge (``judge:``, a
-:class:`~rmsweb_kedro.agents.factory.JudgeSpecConfig`):
+Which judge (:func:`judge_kind`, the one place the choice is made), given the stage's configured judge (``judge:``,
+a :class:`~rmsweb_kedro.agents.factory.JudgeSpecConfig`):
 
-- a task that names its benchmark's judge (``rubric``, ``reference_answer``, ``webvoyager``, ``webjudge``) gets
-  that judge, over the configured endpoint (``endpoints`` may name another per kind: the benchmarks ask for
-  different judge models);
 - a sandbox task (``sandbox_checker``) gets the configured judge: the sandbox checker by default, an LLM judge when
   the configuration names one (a judge-agreement or production run judging sandbox episodes by WebJudge);
-- a task with no judge of its own (``none``: a task file's or a proposer's) gets the rubric judge when it carries a
-  rubric, the reference-answer judge when it carries a definite answer, otherwise the configured LLM judge
-  (WebJudge when the configuration names the sandbox checker, which cannot judge it).
+- a benchmark task names its benchmark's protocol (``webvoyager``, ``webjudge``, WebTailBench's ``rubric``, GAIA's
+  ``reference_answer``) and gets that judge, over the configured endpoint (``endpoints`` may name another per kind:
+  the benchmarks ask for different judge models);
+- any other task (``none``: a task file's or the proposer's) is judged by what it carries: a rubric beside a
+  reference answer, or a rubric of facts that must all hold (``rubric_rule: every_fact``, WebGym's), gets the
+  WebGym composite (``webgym``: the answer supported by the screenshots, every fact verified, the reference answer
+  matched; :class:`~rmsweb_kedro.agents.rubric_judge.WebGymJudge`); a rubric alone the rubric judge; a reference
+  answer alone the reference-answer judge; nothing the stage's configured LLM judge (``webvoyager`` or
+  ``webjudge``). A stage whose judge is the sandbox checker cannot judge such a task: an error says what to set.
 
 A reference answer is matched exactly (GAIA's protocol) unless the configuration says ``reference_answer: llm``:
 then the endpoint's model reads the final answer against it (``answer_judge.LLMAnswerJudge``).
@@ -42,15 +45,25 @@ LLM_JUDGE_KINDS = ("webvoyager", "webjudge")
 def judge_kind(task: Task, configured: str) -> str:
     """The judge kind that judges ``task`` when the stage's configured judge is ``configured`` (module docstring)."""
     kind = task.judge.kind
-    if kind in TASK_JUDGE_KINDS:
-        return kind
     if kind == "sandbox_checker":
         return configured
-    if task.judge.config.get("rubric"):
+    if kind in TASK_JUDGE_KINDS:
+        return kind
+    config = task.judge.config
+    rubric = bool(config.get("rubric"))
+    answer = config.get("reference_answer") not in (None, "")
+    if rubric and (answer or config.get("rubric_rule") == "every_fact"):
+        return "webgym"
+    if rubric:
         return "rubric"
-    if task.judge.config.get("reference_answer") not in (None, ""):
+    if answer:
         return "reference_answer"
-    return configured if configured in LLM_JUDGE_KINDS else "webjudge"
+    if configured in LLM_JUDGE_KINDS:
+        return configured
+    raise ValueError(
+        f"task {task.id!r} carries no rubric or reference answer, and the stage's judge {configured!r} cannot "
+        f"judge it: set the stage's judge.kind to one of {list(LLM_JUDGE_KINDS)} with an endpoint"
+    )
 
 
 class JudgeByKind:
@@ -78,7 +91,14 @@ class JudgeByKind:
         self._last = threading.local()  # the judge of this thread's last verdict, for cost_of
 
     def for_task(self, task: Task) -> Judge:
-        kind = judge_kind(task, self.spec.kind)
+        return self._of_kind(judge_kind(task, self.spec.kind), task)
+
+    def _of_kind(self, kind: str, task: Task) -> Judge:
+        if kind == "webgym" and kind not in self._judges:
+            from rmsweb_kedro.agents.rubric_judge import WebGymJudge
+
+            rubric, answer = self._of_kind("rubric", task), self._of_kind("reference_answer", task)
+            self._judges[kind] = WebGymJudge(rubric, answer)  # type: ignore[arg-type]
         if kind not in self._judges:
             if kind == "sandbox_checker" and self.session_state is None:
                 raise ValueError(

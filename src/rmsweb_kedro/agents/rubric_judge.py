@@ -3,7 +3,8 @@
 The judge model scores every criterion of the task's precomputed rubric (``task.judge.config["rubric"]``: criterion,
 description, max_points, optional condition) from the task, the agent's actions, its final answer and the last
 screenshots. The score is earned / total over the applicable criteria; the attempt succeeds when the score reaches
-the threshold (0.8, WebTailBench's outcome mode). A criterion with a condition the judge says does not hold leaves
+the threshold (0.8, WebTailBench's outcome mode). :class:`WebGymJudge` composes it with a reference-answer judge into
+WebGym's evaluator: every fact must hold. A criterion with a condition the judge says does not hold leaves
 the total; an unconditional one always counts. The verdict records its judge spec (protocol, model, prompt source
 and hash, threshold); WebTailBench publishes no verifier prompt, so the prompt source is always the project's.
 """
@@ -15,10 +16,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from rmsweb_kedro.agents.base import Judge
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointError, image_part, text_part
 from rmsweb_kedro.agents.judge_prompts import PromptSet
 from rmsweb_kedro.agents.openai_roles import EndpointJudge, action_history
-from rmsweb_kedro.schema import Step, Task, Usage, Verdict
+from rmsweb_kedro.schema import JudgedBy, JudgeSpec, Step, Task, Usage, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +42,10 @@ class RubricReplyError(ValueError):
 
 
 def rubric_items(task: Task) -> list[dict[str, Any]]:
-    """The task's rubric criteria; a task without one cannot be judged by this verifier."""
+    """The task's rubric criteria (a WebTailBench task's, or what a task file or the proposer carried); a task
+    without one cannot be judged by this verifier."""
     items = task.judge.config.get("rubric")
-    if task.judge.kind != "rubric" or not items:
+    if not items:
         raise ValueError(f"task {task.id!r} has no rubric (judge kind {task.judge.kind!r})")
     return items
 
@@ -173,3 +176,98 @@ class RubricJudge(EndpointJudge):
         # An unusable reply is the judge's failure, not the agent's: a judge error, as an endpoint that fails.
         error = f"judge reply unusable after {self.reply_attempts} tries: {error}"
         return self.unavailable(error, usage, "judge reply unparseable", raw_output=reply[:2000])
+
+
+#: WebGym's criterion B (anti-hallucination), asked as the first criterion of the composite's rubric call.
+ANSWER_SUPPORTED = {
+    "criterion": "The final answer is supported by the screenshots",
+    "description": "Everything the agent's final answer states is shown by the screenshots or its actions; an "
+    "answer that claims what the evidence does not show earns 0.",
+    "max_points": 1.0,
+}
+
+
+class WebGymJudge:
+    """WebGym's evaluator (microsoft/webgym: ``webgym/models/evaluator.py``, ``Evaluator.get_verifiable_reward``),
+    composed of the project's judges: an attempt succeeds only when its final answer is supported by the
+    screenshots (WebGym's criterion B), every fact of the task's rubric is verified (criterion A, each fact at full
+    points, not a share of them) and, when the task carries a reference answer, the final answer matches it (the
+    reference-answer judge: exact, or a model's reading with ``judge.reference_answer: llm``). Criterion B and the
+    facts are one call of ``rubric`` (the answer's support as its first criterion); the answer is judged only when
+    they pass, as WebGym skips it. ``details["parts"]`` records which parts failed. The wording is the project's
+    (``prompt_source: project``): WebGym's prompts are not fetched."""
+
+    kind = "webgym"
+    protocol = "webgym/evaluator"
+
+    def __init__(self, rubric: RubricJudge, answer: Judge):
+        self.rubric, self.answer = rubric, answer
+        self.name = f"webgym/{rubric.name}+{answer.name}"
+
+    def cost_of(self, usage: Usage) -> float:
+        return self.rubric.cost_of(usage)
+
+    def judged_by(self) -> JudgedBy:
+        spec = self.rubric.judged_by()
+        answer = getattr(self.answer, "judged_by", None)
+        answer_protocol = (answer() if callable(answer) else answer).protocol  # exact match: an attribute
+        return spec.model_copy(
+            update={
+                "kind": self.kind,
+                "protocol": self.protocol,
+                "thresholds": {
+                    "every_fact": True,
+                    "answer_supported": True,
+                    "reference_answer": answer_protocol,
+                },
+            }
+        )
+
+    def judge(
+        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
+    ) -> tuple[Verdict, Usage]:
+        facts = rubric_items(task)
+        expected = task.judge.config.get("reference_answer")
+        asked = task.model_copy(
+            update={"judge": JudgeSpec(kind="rubric", config={"rubric": [ANSWER_SUPPORTED, *facts]})}
+        )
+        checked, usage = self.rubric.judge(asked, steps, final_answer, context)
+        if checked.details.get("judge_error"):
+            return self._verdict(False, checked.reason, {**checked.details, "parts": None}), usage
+        supported, *scored = checked.details["items"]
+        failed = [
+            item["criterion"]
+            for item in scored
+            if item["applicable"] and item["earned_points"] < item["max_points"]
+        ]
+        parts: dict[str, Any] = {
+            "answer_supported": supported["earned_points"] >= supported["max_points"],
+            "facts": len(facts),
+            "facts_failed": failed,
+            "reference_answer": None,  # not asked: no reference answer, or an earlier part failed
+        }
+        reasons = (
+            [] if parts["answer_supported"] else ["the final answer is not supported by the screenshots"]
+        )
+        reasons += [f"fact not verified: {criterion}" for criterion in failed]
+        details = {"rubric": checked.details, "parts": parts}
+        if expected not in (None, "") and not reasons:
+            matched, answer_usage = self.answer.judge(task, steps, final_answer, context)
+            usage += answer_usage
+            details["answer"] = matched.details
+            if matched.details.get("judge_error"):
+                return self._verdict(False, matched.reason, {**details, "judge_error": True}), usage
+            parts["reference_answer"] = matched.success
+            if not matched.success:
+                reasons.append(f"the final answer does not match the reference answer: {matched.reason}")
+        success = not reasons
+        reason = "; ".join(reasons) or (
+            f"answer supported, {len(facts)} of {len(facts)} facts verified"
+            + (", reference answer matched" if parts["reference_answer"] else "")
+        )
+        return self._verdict(success, reason, details), usage
+
+    def _verdict(self, success: bool, reason: str, details: dict[str, Any]) -> Verdict:
+        return Verdict(
+            success=success, reason=reason, judge=self.name, judged_by=self.judged_by(), details=details
+        )

@@ -1,17 +1,26 @@
 """Task files a researcher brings (JSONL, JSON array, Parquet or CSV) as :class:`~rmsweb_kedro.schema.Task` records.
 
 A :class:`ColumnMapping` says which column holds each field (dotted paths reach into nested objects, as in
-OpenWebRL's ``metadata.start_url``); :data:`SHAPES` are ready mappings for the published task files:
+OpenWebRL's ``metadata.start_url``; a list of columns: the first one a row fills); :data:`SHAPES` are ready mappings
+for the published task files:
 
-- ``webgym``: microsoft/webgym's task JSONL, ``{task_name, website, domain, subdomain, difficulty,
-  definite_answer | reference_answer, evaluator_reference, task_id}``;
-- ``openwebrl``: OpenWebRL's parquet, ``prompt`` + ``metadata: {task_id, start_url, task}`` (the task text is
-  ``metadata.task``; ``prompt`` is it wrapped in their template);
-- ``pae``: PAE's JSONL, ``{web_name, id, ques, web}`` (WebVoyager's shape);
+- ``webgym``: microsoft/webgym's task JSONL as its two readers take it: ``areal/dataset/webgym.py``
+  (``get_webgym_rl_dataset``: ``task_name`` or ``task``, ``website``, ``domain``, ``subdomain``, ``difficulty``,
+  ``evaluator_reference``, ``reference_answer``, ``task_id``) and ``webgym/environment/async_webgym.py``
+  (``_prepare_tasks``: the answer in ``definite_answer``; ``evaluator_reference`` a text, a list of texts, a list of
+  ``{description, difficulty}`` or fact groups ``{id, description, facts}``; ``difficulty`` an integer, 1-3 easy,
+  4-6 medium, 7+ hard). Judged as its ``webgym/models/evaluator.py`` judges (every fact must hold);
+- ``openwebrl``: OpenWebRL's parquet as ``openwebrl/data/convert_benchmark_jsonl_to_parquet.py`` writes it:
+  ``prompt`` (the chat messages, ``[{role: user, content: <task>}]``) + ``metadata: {task_id, start_url, task}``
+  (``task_id`` like ``webvoyager/84``); the text is ``metadata.task``;
+- ``pae``: PAE's JSONL, ``{web_name, id, ques, web}`` (WebVoyager's shape, as amazon-science/PAE's
+  ``scripts/propose_tasks_from_names_webvoyager.py`` writes it, ``web`` looked up from ``web_name``); ``web_name`` is
+  kept as a label;
 - ``project``: this project's own Task rows (what the proposer writes).
 
-The judge follows what a row carries: a reference answer -> ``reference_answer``; a rubric -> ``rubric``; neither ->
-``webjudge``. Rows that cannot become a task are quarantined with the file, line (CSV: the file's line, header
+A task's site is its start page's registrable domain (:func:`rmsweb_kedro.sites.site_of`), whatever label the file
+gives it. A row records what it carries in its judge config (``reference_answer``, ``rubric`` and, for WebGym's facts,
+``rubric_rule: every_fact``), never a judge: ``agents.judges.judge_kind`` chooses. Rows that cannot become a task are quarantined with the file, line (CSV: the file's line, header
 included; Parquet: the row number from 1), record id, field (the file's column) and reason: rows in = accepted +
 quarantined (:class:`~rmsweb_kedro.tasks.benchmarks.loaders.LoadResult`).
 """
@@ -29,6 +38,7 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from rmsweb_kedro.schema import JudgeSpec, Task
+from rmsweb_kedro.sites import site_of
 from rmsweb_kedro.tasks.benchmarks.loaders import (
     BenchmarkFileError,
     HttpUrlText,
@@ -38,7 +48,6 @@ from rmsweb_kedro.tasks.benchmarks.loaders import (
     jsonl_records,
     load_rows,
     read_text,
-    site_of,
 )
 
 #: "amazon.com", "www.example.co.uk/path": a host name with a dot, no scheme, no spaces.
@@ -48,31 +57,37 @@ Record = tuple[int, str, Any, str | None]
 
 
 class ColumnMapping(BaseModel):
-    """Which column of the file holds each task field (dotted paths reach into nested objects). ``id`` null: the
-    file's stem and a hash of the task's text and start URL (``<stem>-<hash>``: an edited task is a new task, so a
-    collection journal never reuses another task's attempts under its id); ``site`` null: the start URL's host
-    without ``www.``."""
+    """Which column of the file holds each task field (dotted paths reach into nested objects; a list: the first
+    column a row fills). ``id`` null: the file's stem and a hash of the task's text and start URL (``<stem>-<hash>``:
+    an edited task is a new task, so a collection journal never reuses another task's attempts under its id).
+    ``site_label``: a name the file gives the site (PAE's ``web_name``), kept in ``metadata``; the task's site is
+    always its start page's registrable domain."""
 
     model_config = ConfigDict(extra="forbid")
 
-    instruction: str
-    start_url: str
-    id: str | None = None
-    site: str | None = None
-    reference_answer: str | None = None
-    rubric: str | None = None
-    difficulty: str | None = None
-    split: str | None = None
+    instruction: str | list[str]
+    start_url: str | list[str]
+    id: str | list[str] | None = None
+    site_label: str | list[str] | None = None
+    reference_answer: str | list[str] | None = None
+    rubric: str | list[str] | None = None
+    difficulty: str | list[str] | None = None
+    split: str | list[str] | None = None
 
 
 SHAPES: dict[str, ColumnMapping] = {
+    # microsoft/webgym: areal/dataset/webgym.py reads task_name (else task) and reference_answer;
+    # webgym/environment/async_webgym.py reads definite_answer: a file may hold either
     "webgym": ColumnMapping(
-        id="task_id", instruction="task_name", start_url="website", reference_answer="definite_answer",
-        rubric="evaluator_reference", difficulty="difficulty",
+        id="task_id", instruction=["task_name", "task"], start_url="website",
+        reference_answer=["reference_answer", "definite_answer"], rubric="evaluator_reference",
+        difficulty="difficulty",
     ),
     "openwebrl": ColumnMapping(id="metadata.task_id", instruction="metadata.task", start_url="metadata.start_url"),
-    "pae": ColumnMapping(id="id", instruction="ques", start_url="web", site="web_name"),
+    "pae": ColumnMapping(id="id", instruction="ques", start_url="web", site_label="web_name"),
 }  # fmt: skip
+#: The shapes whose rubric is a list of facts that must all hold (WebGym's evaluator), not points to a threshold.
+EVERY_FACT_SHAPES = ("webgym",)
 
 
 class TaskFile(BaseModel):
@@ -108,7 +123,7 @@ class FileTaskRow(BaseModel):
     id: NonEmpty
     instruction: NonEmpty
     start_url: HttpUrlText
-    site: str | None = None
+    site_label: str | None = None
     reference_answer: str | None = None
     rubric: list[dict[str, Any]] | None = None
     difficulty: Literal["easy", "medium", "hard"] | None = None
@@ -132,8 +147,11 @@ class FileTaskRow(BaseModel):
     @field_validator("rubric", mode="before")
     @classmethod
     def _rubric_items(cls, value: Any) -> Any:
-        """A list of criteria (texts or ``{criterion, description, max_points}``), or a JSON text of one; each
-        criterion worth 1 point unless it says otherwise."""
+        """A list of criteria, or a JSON text of one (AReaL's loader stores WebGym's list as JSON text): texts,
+        ``{criterion, description, max_points}`` (WebTailBench), ``{description, difficulty}`` (WebGym) or WebGym's
+        fact groups ``{id, description, facts: [...]}``, each fact one criterion named ``[Group <id>: <description>]
+        <fact>`` as WebGym's ``_prepare_tasks`` flattens them. Each criterion is worth 1 point unless it says
+        otherwise."""
         if value is None or (isinstance(value, str) and not value.strip()) or value == []:
             return None
         if isinstance(value, str):
@@ -143,45 +161,55 @@ class FileTaskRow(BaseModel):
                 value = [value]
         if isinstance(value, dict):
             value = value.get("items", [value])
+        if isinstance(value, str):
+            value = [value]
         if not isinstance(value, list):
             raise ValueError(f"expected a list of criteria, got {type(value).__name__}")
         items = []
         for item in value:
-            if isinstance(item, str) and item.strip():
-                items.append({"criterion": item.strip(), "description": "", "max_points": 1.0})
+            if isinstance(item, dict) and isinstance(item.get("facts"), list):
+                group = f"[Group {item.get('id', '')}: {item.get('description', '')}]"
+                items += [_criterion(f"{group} {fact}") for fact in item["facts"] if str(fact).strip()]
+            elif isinstance(item, str) and item.strip():
+                items.append(_criterion(item))
             elif (
                 isinstance(item, dict) and str(item.get("criterion") or item.get("description") or "").strip()
             ):
-                criterion = str(item.get("criterion") or item["description"]).strip()
+                named = bool(str(item.get("criterion") or "").strip())
                 points = float(item.get("max_points", 1.0))
+                criterion = str(item["criterion"] if named else item["description"]).strip()
                 if points <= 0:
                     raise ValueError(f"criterion {criterion!r}: max_points must be > 0, got {points}")
-                items.append(
-                    {
-                        "criterion": criterion,
-                        "description": str(item.get("description", "")),
-                        "max_points": points,
-                    }
-                )
+                items.append(_criterion(criterion, str(item.get("description", "")) if named else "", points))
             else:
-                raise ValueError(f"a criterion must be a text or an object with 'criterion', got {item!r}")
-        return items
+                raise ValueError(
+                    f"a criterion must be a text or an object with 'criterion' or 'description', got {item!r}"
+                )
+        return items or None
 
     @field_validator("difficulty", mode="before")
     @classmethod
     def _level(cls, value: Any) -> Any:
-        """Texts easy/medium/hard (any case); numbers 1, 2, 3+ (WebGym's scale) as easy, medium, hard."""
+        """Texts easy/medium/hard (any case); numbers on WebGym's scale (``async_webgym.py``
+        ``_get_max_steps_for_difficulty``): 1-3 easy, 4-6 medium, 7+ hard."""
         if value is None or value == "":
             return None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return "easy" if value <= 1 else "medium" if value <= 2 else "hard"
+            return "easy" if value <= 3 else "medium" if value <= 6 else "hard"
         text = str(value).strip().lower()
         if text.isdigit():
             return cls._level(int(text))
         return text
 
 
-def _get(record: dict[str, Any], path: str) -> Any:
+def _criterion(criterion: str, description: str = "", points: float = 1.0) -> dict[str, Any]:
+    return {"criterion": criterion.strip(), "description": description, "max_points": points}
+
+
+def _get(record: dict[str, Any], path: str | list[str]) -> Any:
+    if isinstance(path, list):  # the first column the row fills
+        found = (_get(record, one) for one in path)
+        return next((v for v in found if v is not None and v != ""), None)
     value: Any = record
     for part in path.split("."):
         if not isinstance(value, dict):
@@ -254,26 +282,28 @@ def records(path: Path, file_format: Format) -> Iterator[Record]:
     )
 
 
-def _task(row: FileTaskRow, path: Path) -> Task:
+def _task(row: FileTaskRow, path: Path, every_fact: bool) -> Task:
+    carried: dict[str, Any] = {}
     if row.reference_answer is not None:
-        judge = JudgeSpec(kind="reference_answer", config={"reference_answer": row.reference_answer})
-    elif row.rubric is not None:
-        judge = JudgeSpec(
-            kind="rubric",
-            config={"rubric": row.rubric, "total_points": sum(item["max_points"] for item in row.rubric)},
-        )
-    else:
-        judge = JudgeSpec(kind="webjudge")
+        carried["reference_answer"] = row.reference_answer
+    if row.rubric is not None:
+        carried["rubric"] = row.rubric
+        carried["total_points"] = sum(item["max_points"] for item in row.rubric)
+        if every_fact:
+            carried["rubric_rule"] = "every_fact"
+    metadata: dict[str, Any] = {"file": path.name}
+    if row.site_label:
+        metadata["site_label"] = row.site_label
     return Task(
         id=row.id,
         source="file",
-        site=row.site or site_of(row.start_url),
+        site=site_of(row.start_url),
         start_url=row.start_url,
         instruction=row.instruction,
         level=row.difficulty,
         split=row.split,
-        judge=judge,
-        metadata={"file": path.name},
+        judge=JudgeSpec(kind="none", config=carried),
+        metadata=metadata,
     )
 
 
@@ -297,10 +327,15 @@ def load_task_file(spec: TaskFile | dict[str, Any]) -> LoadResult:
     rows = records(path, spec.format)
     if mapping is None:
         return load_rows(path, rows, _ProjectRow, lambda row: row.task, "id")
+    every_fact = spec.shape in EVERY_FACT_SHAPES
     result = load_rows(
-        path, _mapped(rows, mapping, path.stem), FileTaskRow, lambda row: _task(row, path), "id"
+        path, _mapped(rows, mapping, path.stem), FileTaskRow, lambda row: _task(row, path, every_fact), "id"
     )
-    columns = {name: column for name, column in mapping.model_dump().items() if column is not None}
+    columns = {
+        name: column if isinstance(column, str) else " | ".join(column)
+        for name, column in mapping.model_dump().items()
+        if column is not None
+    }
     for entry in result.quarantine:  # name the file's column, which is what the user can fix
         entry["field"] = ", ".join(
             columns.get(name.strip(), name.strip()) for name in entry["field"].split(",")

@@ -12,11 +12,13 @@ proposed = kept + sum(dropped) (:func:`propose` checks it):
    wall); such a site's model call is skipped and the site is counted in ``sites_infeasible``;
 3. ``unsafe``: the text asks for a critical step, the kinds live episodes stop before
    (:class:`~rmsweb_kedro.rollouts.CriticalPoints`: paying, personal data, messages, accounts, deleting);
-4. ``duplicate``: the same normalised text as a kept task, or a near-duplicate (word-set Jaccard >=
-   ``near_duplicate``);
+4. ``duplicate``: the same normalised text as a kept task, or a near-duplicate of one (intent similarity,
+   :func:`~rmsweb_kedro.tasks.decontamination.similarity`, >= ``near_duplicate``);
 5. ``contaminated``: the site and the intent of a task of an evaluation benchmark (WebVoyager, Online-Mind2Web,
-   WebTailBench): same host (``www.`` aside; a benchmark task without its own start page, WebTailBench's, matches
-   on intent alone) and word-set Jaccard >= ``intent_similarity``.
+   WebTailBench), by :mod:`rmsweb_kedro.tasks.decontamination`, the rule task files are held to as well.
+
+A proposed task's site is its start page's registrable domain (:func:`rmsweb_kedro.sites.site_of`). It records what
+it carries (its answer, its rubric, or both), not a judge: ``agents.judges.judge_kind`` chooses.
 
 Every kept task records the proposer's model and the hash of its prompt (``metadata.proposer_model``,
 ``metadata.prompt_hash``); the tasks file is read back by the ``proposer`` source of the tasks stage.
@@ -30,14 +32,21 @@ import logging
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials, EndpointConfig, image_part, text_part
 from rmsweb_kedro.rollouts import CriticalPoints
 from rmsweb_kedro.schema import JudgeSpec, Observation, Task
+from rmsweb_kedro.sites import site_of
 from rmsweb_kedro.tasks.benchmarks import loaders
+from rmsweb_kedro.tasks.decontamination import (
+    BenchmarkIndex,
+    DecontaminationParams,
+    intent,
+    normalise,
+    similarity,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -51,20 +60,6 @@ Prefer information-seeking and navigation tasks whose answer is on the site.
 Reply with JSON only: {{"tasks": [{{"instruction": "...", "difficulty": "easy|medium|hard",
 "answer": "the definite answer, or null", "rubric": ["criteria a correct outcome meets"] or null,
 "feasible": true}}]}}. Set "feasible" to false for a task you are unsure the site allows."""
-
-_STOP = frozenset(
-    "a an the of on in at to for from and or with by is are be what which who how find show me my this that "
-    "site page website".split()
-)
-
-
-class DecontaminationParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    #: folders holding the benchmark files by their standard names (loaders.load_folder); absent ones are skipped
-    folders: list[str] = Field(default_factory=lambda: ["data/01_raw/benchmarks"])
-    benchmarks: list[str] = Field(default_factory=lambda: ["webvoyager", "online_mind2web", "webtailbench"])
-    intent_similarity: float = Field(default=0.6, gt=0, le=1)
 
 
 class ProposerParams(BaseModel):
@@ -80,29 +75,10 @@ class ProposerParams(BaseModel):
     send_screenshot: bool = True
     screenshot_root: str = "data/01_raw/tasks/proposer_pages"
     browser: dict[str, Any] = Field(default_factory=dict)  # BrowserConfig overrides
-    near_duplicate: float = Field(default=0.8, gt=0, le=1)
+    #: intent similarity (decontamination.similarity) at or above which a task duplicates a kept one
+    near_duplicate: float = Field(default=0.9, gt=0, le=1)
     decontamination: DecontaminationParams = Field(default_factory=DecontaminationParams)
     critical: CriticalPoints = Field(default_factory=CriticalPoints)
-
-
-def normalise(text: str) -> str:
-    """Lower case, punctuation as spaces, single spaces: 'Find the PRICE!' -> 'find the price'."""
-    return " ".join(re.sub(r"[^\w]+", " ", text.lower()).split())
-
-
-def words(text: str) -> frozenset[str]:
-    """The content words of a text (:func:`normalise`, stop words out)."""
-    return frozenset(w for w in normalise(text).split() if w not in _STOP)
-
-
-def similarity(a: frozenset[str], b: frozenset[str]) -> float:
-    """Jaccard similarity of two word sets (0 when both are empty)."""
-    return len(a & b) / len(a | b) if a or b else 0.0
-
-
-def host(url: str) -> str:
-    """The URL's host without ``www.`` (the site a task and a benchmark task are compared by)."""
-    return (urlparse(url).hostname or "").lower().removeprefix("www.")
 
 
 def read_sites(path: str | Path) -> list[str]:
@@ -151,54 +127,25 @@ def parse_reply(text: str) -> list[dict[str, Any]]:
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
-def benchmark_intents(params: DecontaminationParams) -> list[tuple[str | None, frozenset[str], str]]:
-    """(host or None, content words, benchmark task id) of every evaluation benchmark task found."""
-    intents = []
-    for folder in params.folders:
-        if not Path(folder).is_dir():
-            logger.warning("decontamination: no benchmark folder %s", folder)
-            continue
-        for name, result in loaders.load_folder(folder).items():
-            if name not in params.benchmarks:
-                continue
-            for task in result.tasks:
-                # WebTailBench rows without a start page all start from one search engine: intent alone
-                site = host(task.start_url) if task.metadata.get("start_url_given", True) else None
-                intents.append((site, words(task.instruction), f"{name}:{task.id}"))
-    return intents
-
-
-def contaminated_by(
-    text: str, url: str, intents: list[tuple[str | None, frozenset[str], str]], threshold: float
-) -> str | None:
-    """The evaluation task (``benchmark:id``) whose site and intent a task on ``url`` matches, or None."""
-    content, site = words(text), host(url)
-    for other_site, intent, task_id in intents:
-        if (other_site is None or other_site == site) and similarity(content, intent) >= threshold:
-            return task_id
-    return None
-
-
 def _task(item: dict[str, Any], url: str, model: str, digest: str) -> Task:
     answer = item.get("answer")
     rubric = [str(c) for c in item.get("rubric") or [] if str(c).strip()]
+    carried: dict[str, Any] = {}
     if answer not in (None, "", "null"):
-        judge = JudgeSpec(kind="reference_answer", config={"reference_answer": str(answer)})
-    elif rubric:
-        items = [{"criterion": c, "description": "", "max_points": 1.0} for c in rubric]
-        judge = JudgeSpec(kind="rubric", config={"rubric": items, "total_points": float(len(items))})
-    else:
-        judge = JudgeSpec(kind="webjudge")
+        carried["reference_answer"] = str(answer)
+    if rubric:
+        carried["rubric"] = [{"criterion": c, "description": "", "max_points": 1.0} for c in rubric]
+        carried["total_points"] = float(len(rubric))
     instruction = str(item["instruction"]).strip()
     level = str(item.get("difficulty", "")).lower()
     return Task(
-        id=f"proposed-{host(url)}-{hashlib.sha256(normalise(instruction).encode()).hexdigest()[:10]}",
+        id=f"proposed-{site_of(url)}-{hashlib.sha256(normalise(instruction).encode()).hexdigest()[:10]}",
         source="proposed",
-        site=host(url),
+        site=site_of(url),
         start_url=url,
         instruction=instruction,
         level=level if level in ("easy", "medium", "hard") else None,
-        judge=judge,
+        judge=JudgeSpec(kind="none", config=carried),
         metadata={"proposer_model": model, "prompt_hash": digest, "proposed_for": url},
     )
 
@@ -217,9 +164,9 @@ def propose(
     endpoint = ChatEndpoint(params.endpoint, credentials)
     digest = prompt_hash(params)
     sites = read_sites(params.sites_file)
-    benchmark = benchmark_intents(params.decontamination)
+    benchmark = BenchmarkIndex.load(params.decontamination)
     kept: list[Task] = []
-    kept_words: list[frozenset[str]] = []
+    kept_intents: list[str] = []
     seen_texts: set[str] = set()
     dropped: list[dict[str, Any]] = []
     per_site: dict[str, dict[str, Any]] = {}
@@ -238,22 +185,19 @@ def propose(
             return "unsafe", reason
         if normalise(text) in seen_texts:
             return "duplicate", "the same text as a kept task"
-        content = words(text)
-        for other in kept_words:
-            if similarity(content, other) >= params.near_duplicate:
-                return (
-                    "duplicate",
-                    f"near-duplicate of a kept task (similarity {similarity(content, other):.2f})",
-                )
-        if task_id := contaminated_by(text, url, benchmark, params.decontamination.intent_similarity):
-            return "contaminated", f"matches evaluation task {task_id}"
+        content = intent(text)
+        for other in kept_intents:
+            if (score := similarity(content, other)) >= params.near_duplicate:
+                return "duplicate", f"near-duplicate of a kept task (similarity {score:.2f})"
+        if found := benchmark.match(text, url, params.decontamination.intent_similarity):
+            return "contaminated", found.reason()
         return "kept", ""
 
     env = BrowserEnv(BrowserConfig.model_validate(params.browser))
     try:
         for number, url in enumerate(sites):
             per_site[url] = {"proposed": 0, "kept": 0, **dict.fromkeys(FILTERS, 0), "site_problem": None}
-            page = Task(id=f"site-{number}", source="proposed", site=host(url) or url, start_url=url,
+            page = Task(id=f"site-{number}", source="proposed", site=site_of(url) or url, start_url=url,
                         instruction="(the proposer looks at this page)")  # fmt: skip
             observation = env.reset(page, screenshot_dir=Path(params.screenshot_root) / f"site-{number}")
             if problem := why_infeasible(observation):
@@ -278,7 +222,7 @@ def propose(
                     continue
                 task = _task(item, url, params.endpoint.model, digest)
                 kept.append(task)
-                kept_words.append(words(task.instruction))
+                kept_intents.append(intent(task.instruction))
                 seen_texts.add(normalise(task.instruction))
                 per_site[url]["kept"] += 1
     finally:
@@ -291,7 +235,7 @@ def propose(
         "prompt_hash": digest,
         "sites": len(sites),
         "sites_infeasible": sum(s["site_problem"] is not None for s in per_site.values()),
-        "benchmark_tasks_compared": len(benchmark),
+        "benchmark_tasks_compared": benchmark.size,
         **totals,
         "per_site": per_site,
         "dropped": dropped,

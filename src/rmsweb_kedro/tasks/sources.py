@@ -12,9 +12,16 @@ Sources (``params:tasks.sources``, conf/base/parameters_tasks.yml):
 
 Tasks without a split (files, proposed tasks) get one from ``split``: a seeded draw per task, or per site
 (``by: site``: every task of a site in one split, for a held-out-site evaluation); ``held_out_sites`` go to test
-whole. Collection (train) and evaluation (val/test) tasks are then disjoint by task, and by site with ``by:
-site``. Bad rows are quarantined (file, line, field, reason) and the ``task_report`` counts, per source and file,
-rows in = accepted + quarantined; a task id given by two sources is an error naming both.
+whole. A site is the registrable domain of the task's start page (:func:`rmsweb_kedro.sites.site_of`): PAE's
+``Allrecipes`` on ``https://www.allrecipes.com/`` and a row on ``allrecipes.com`` are one site, as are
+``en.wikipedia.org`` and ``de.wikipedia.org``. Collection (train) and evaluation (val/test) tasks are then disjoint by
+task, and by site with ``by: site``.
+
+The tasks of files and of the proposer are decontaminated (:mod:`rmsweb_kedro.tasks.decontamination`): one that is an
+evaluation benchmark's task (same site, near-duplicate intent) is dropped into the quarantine with the task it
+matches. Bad rows are quarantined (file, line, field, reason) and the ``task_report`` counts, per source and file,
+rows in = accepted + quarantined, of them ``contaminated`` and, per benchmark, ``contaminated_<benchmark>``; a task id
+given by two sources is an error naming both.
 """
 
 from __future__ import annotations
@@ -27,7 +34,14 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.schema import QUARANTINE_SCHEMA, Task, tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.sites import site_of
 from rmsweb_kedro.tasks.benchmarks import loaders
+from rmsweb_kedro.tasks.decontamination import (
+    EVALUATION_BENCHMARKS,
+    BenchmarkIndex,
+    DecontaminationParams,
+    decontaminate,
+)
 from rmsweb_kedro.tasks.files import TaskFile, load_task_file
 from rmsweb_kedro.web.sandbox.world import stable_rng
 
@@ -35,7 +49,9 @@ logger = logging.getLogger(__name__)
 
 SourceKind = Literal["sandbox", "file", "proposer", "benchmark"]
 #: The benchmarks the ``benchmark`` source reads (keys of :func:`loaders.load_folder`).
-BENCHMARK_NAMES = ("webvoyager", "online_mind2web", "webtailbench")
+BENCHMARK_NAMES = EVALUATION_BENCHMARKS
+#: The sources whose tasks are decontaminated against the evaluation benchmarks.
+DECONTAMINATED: tuple[SourceKind, ...] = ("file", "proposer")
 
 
 class SplitParams(BaseModel):
@@ -46,6 +62,7 @@ class SplitParams(BaseModel):
     by: Literal["task", "site"] = "task"
     val_fraction: float = Field(default=0.15, ge=0, lt=0.5)
     test_fraction: float = Field(default=0.15, ge=0, lt=0.5)
+    #: sites (a domain, a host or a URL: each read as its registrable domain) whose tasks all go to test
     held_out_sites: list[str] = Field(default_factory=list)
     seed: int = 0
 
@@ -69,17 +86,20 @@ class TasksParams(BaseModel):
     proposed: str = "data/01_raw/tasks/proposed_tasks.jsonl"
     benchmark: BenchmarkSource = Field(default_factory=BenchmarkSource)
     split: SplitParams = Field(default_factory=SplitParams)
+    decontamination: DecontaminationParams = Field(default_factory=DecontaminationParams)
 
 
 def assign_split(task: Task, params: SplitParams) -> Task:
     """``task`` with a split when it has none: test for a held-out site, else a seeded draw keyed by the task id
-    (``by: task``) or its site (``by: site``), independent of the other rows."""
+    (``by: task``) or its site (``by: site``: the registrable domain of its start page), independent of the other
+    rows."""
     if task.split is not None:
         return task
-    if task.site in params.held_out_sites:
+    site = site_of(task.start_url)
+    if site in {site_of(held) for held in params.held_out_sites}:
         split = "test"
     else:
-        key = task.id if params.by == "task" else task.site
+        key = task.id if params.by == "task" else site
         draw = stable_rng("task-split", params.seed, key).random()
         split = (
             "test"
@@ -120,6 +140,29 @@ def _results(kind: SourceKind, sandbox_tasks: pl.DataFrame, params: TasksParams)
     return results
 
 
+def _decontaminate(
+    result: loaders.LoadResult, index: BenchmarkIndex | None, params: DecontaminationParams
+) -> dict[str, int]:
+    """Drop ``result``'s tasks that are evaluation tasks into its quarantine (field ``instruction``, the reason
+    naming the task matched); the counts of ``task_report``: in all and per benchmark."""
+    counts = {"contaminated": 0} | {f"contaminated_{name}": 0 for name in params.benchmarks}
+    if index is None or index.size == 0:
+        return counts
+    kept, dropped = decontaminate(result.tasks, index, params.intent_similarity)
+    for task, found in dropped:
+        counts["contaminated"] += 1
+        counts[f"contaminated_{found.benchmark}"] += 1
+        raw = task.model_dump_json()
+        result.quarantine.append(
+            {"source_file": result.source_file, "line": None, "record_id": task.id,
+             "field": "instruction", "reason": f"contaminated: {found.reason()}", "raw": raw[: loaders.RAW_LIMIT]}
+        )  # fmt: skip
+    result.tasks = kept
+    if dropped:
+        logger.info("tasks: %s: %d task(s) dropped as evaluation tasks", result.source_file, len(dropped))
+    return counts
+
+
 def assemble(
     sandbox_tasks: pl.DataFrame, params: TasksParams
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -129,6 +172,15 @@ def assemble(
     owner: dict[str, str] = {}
     report: list[dict[str, Any]] = []
     quarantine: list[dict[str, Any]] = []
+    decontaminated = [kind for kind in params.sources if kind in DECONTAMINATED]
+    index = BenchmarkIndex.load(params.decontamination) if decontaminated else None
+    if index is not None and index.size == 0 and params.decontamination.benchmarks:
+        logger.warning(
+            "tasks: no benchmark task found under %s: the %s tasks are not decontaminated (fetch the files with "
+            "`python -m rmsweb_kedro.tasks.benchmarks download --dest data/01_raw/benchmarks`)",
+            params.decontamination.folders,
+            ", ".join(decontaminated),
+        )
 
     def add(kind: str, source_file: str, accepted: list[Task], counts: dict[str, int]) -> None:
         accepted = [assign_split(task, params.split) for task in accepted]
@@ -147,9 +199,10 @@ def assemble(
 
     for kind in params.sources:
         for result in _results(kind, sandbox_tasks, params):
-            add(kind, result.source_file, result.tasks, result.counts())
+            dropped = _decontaminate(result, index, params.decontamination) if kind in DECONTAMINATED else {}
+            add(kind, result.source_file, result.tasks, result.counts() | dropped)
             quarantine += result.quarantine
-    table = pl.DataFrame(report)
+    table = pl.DataFrame(report).fill_null(0)  # a source not decontaminated dropped none
     if (table["rows_in"] != table["accepted"] + table["quarantined"]).any():
         raise ValueError(f"task sources: rows in != accepted + quarantined:\n{table}")
     logger.info(

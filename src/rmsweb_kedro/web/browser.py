@@ -37,7 +37,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from fnmatch import fnmatch
-from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -46,6 +45,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.schema import BlockKind, Element, Observation, Task
+from rmsweb_kedro.sites import registrable_domain
 from rmsweb_kedro.web.page_scripts import load_script
 
 logger = logging.getLogger(__name__)
@@ -170,25 +170,6 @@ def parse_axtree(axtree: str) -> list[Element]:
                 )
             )
     return elements
-
-
-@cache
-def _suffixes() -> Any:
-    from publicsuffixlist import PublicSuffixList
-
-    return PublicSuffixList()  # the list shipped in the package: no network
-
-
-def registrable_domain(host: str) -> str:
-    """The site a host belongs to: its registrable domain under the Public Suffix List, private suffixes included
-    (``a.b.github.io`` -> ``b.github.io``, ``www.bbc.co.uk`` -> ``bbc.co.uk``); an IP address, ``localhost`` or a
-    bare suffix is its own site."""
-    host = host.lower().strip(".")
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-        return host
-    except ValueError:
-        return _suffixes().privatesuffix(host) or host
 
 
 #: ``resolver(host) -> addresses``: what the open web's private-network rule decides on (tests inject one).

@@ -1,6 +1,10 @@
 """Loaders for the public benchmark task files: WebVoyager (with its reference answers, the GAIA web subset and
 Fara's cleaned file), Online-Mind2Web and WebTailBench, into :class:`~rmsweb_kedro.schema.Task` records.
 
+A task's ``site`` is the registrable domain of its start page (:func:`rmsweb_kedro.sites.site_of`), as everywhere
+in the project; the benchmark's own label stays in ``metadata`` (WebVoyager's ``web_name``, WebTailBench's
+``category``).
+
 Every loader reads one file and returns a :class:`LoadResult`: the accepted tasks, and the rows it could not accept,
 quarantined with the file, line, record id, field and reason (rows in = accepted + quarantined). A file that
 cannot be read at all (missing, not JSON where a whole document is needed) raises :class:`BenchmarkFileError`.
@@ -27,6 +31,7 @@ from pydantic import (
 )
 
 from rmsweb_kedro.schema import QUARANTINE_SCHEMA, JudgeSpec, Task, level_for_length
+from rmsweb_kedro.sites import site_of
 
 #: Quarantined raw text is cut to this many characters.
 RAW_LIMIT = 500
@@ -354,7 +359,7 @@ def load_webvoyager(
 
     def to_task(row: WebVoyagerRow) -> Task:
         config = dict(answers.get(row.id, {}))
-        metadata: dict[str, Any] = {"benchmark": benchmark, "file": path.name}
+        metadata: dict[str, Any] = {"benchmark": benchmark, "file": path.name, "web_name": row.web_name}
         if original_questions is not None:
             original = original_questions.get(row.id)
             metadata["reworded"] = original is not None and original.strip() != row.ques
@@ -363,7 +368,7 @@ def load_webvoyager(
         return Task(
             id=row.id,
             source="webvoyager",
-            site=row.web_name,
+            site=site_of(row.web),
             start_url=row.web,
             instruction=row.ques,
             judge=JudgeSpec(kind="webvoyager", config=config),
@@ -384,7 +389,7 @@ def load_gaia_web(path: Path | str) -> LoadResult:
         return Task(
             id=row.id,
             source="webvoyager",
-            site="GAIA",
+            site=site_of(row.web),
             start_url=row.web,
             instruction=row.ques,
             judge=JudgeSpec(kind="reference_answer", config={"reference_answer": row.final_answer}),
@@ -400,12 +405,6 @@ def load_gaia_web(path: Path | str) -> LoadResult:
 
 
 # ---------------------------------------------------------------- Online-Mind2Web
-
-
-def site_of(url: str) -> str:
-    """'https://www.gamestop.com/x' -> 'gamestop.com'."""
-    host = urlparse(url).netloc.lower()
-    return host.removeprefix("www.")
 
 
 def load_online_mind2web(path: Path | str) -> LoadResult:
@@ -445,7 +444,7 @@ def load_webtailbench(path: Path | str, start_url: str = DEFAULT_WEBTAILBENCH_ST
         return Task(
             id=row.id,
             source="webtailbench",
-            site=row.category,
+            site=site_of(row.web or start_url),
             start_url=row.web or start_url,
             instruction=row.ques,
             judge=JudgeSpec(
