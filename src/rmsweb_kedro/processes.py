@@ -31,6 +31,9 @@ GRACE_S = 30.0
 _lock = threading.RLock()  # re-entrant: a signal handler may stop groups while the main thread registers one
 _groups: dict[int, tuple[subprocess.Popen, str]] = {}  # group id (its leader's pid) -> (leader, what it is)
 _signalled: list[int] = []  # the signals received by this run, in order
+#: the run's processes when it was signalled: a child killed on the way out (subprocess.run kills its child on any
+#: exception, e.g. ``accelerate launch``) leaves its own children without a parent in this process's tree
+_at_signal: list = []
 
 
 def register(process: subprocess.Popen, what: str) -> None:
@@ -47,12 +50,25 @@ def registered() -> list[str]:
 
 
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process reuses the id: not ours
-        return False
+    """Whether a process of group ``pgid`` still runs (a zombie, dead but not yet reaped, does not count)."""
+    import psutil
+
+    for process in psutil.process_iter(["status"]):
+        try:
+            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
+def _wait_group(pgid: int, timeout_s: float) -> bool:
+    """Wait until no process of group ``pgid`` runs; whether none does."""
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
     return True
 
 
@@ -69,11 +85,9 @@ def stop_group(process: subprocess.Popen, grace_s: float = GRACE_S) -> None:
                 os.killpg(pgid, signal.SIGKILL)
                 process.wait(timeout=30)
         # the leader is reaped: its group id names only members that outlived it
-        deadline = time.monotonic() + min(grace_s, 5.0)
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _group_alive(pgid):
+        if not _wait_group(pgid, min(grace_s, 5.0)):
             os.killpg(pgid, signal.SIGKILL)
+            _wait_group(pgid, 5.0)
     except ProcessLookupError:
         pass
     finally:
@@ -92,21 +106,31 @@ def stop_all(grace_s: float = GRACE_S) -> list[str]:
     return [what for _, what in groups]
 
 
-def stop_descendants(grace_s: float = 5.0) -> int:
-    """SIGTERM, then after ``grace_s`` SIGKILL, every process this one started that still runs (children of
-    children included; a group of its own too); returns how many there were."""
+def descendants() -> list:
+    """The processes this one started that still run, children of children included (``psutil.Process``)."""
     import psutil
 
     try:
-        children = psutil.Process().children(recursive=True)
+        return psutil.Process().children(recursive=True)
     except psutil.Error:
-        return 0
+        return []
+
+
+def stop_descendants(grace_s: float = 5.0, also: list | None = None) -> int:
+    """SIGTERM, then after ``grace_s`` SIGKILL, every process this one started that still runs (a group of its own
+    too) and those of ``also`` (earlier :func:`descendants`, which may have lost their parent since); returns how
+    many there were."""
+    import psutil
+
+    children = list({child.pid: child for child in [*(also or []), *descendants()]}.values())
     for child in children:
         try:
             child.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    _, alive = psutil.wait_procs(
+        children, timeout=grace_s
+    )  # a process that ended since listing counts as gone
     for child in alive:
         try:
             child.kill()
@@ -122,9 +146,10 @@ def _on_signal(signum: int, frame) -> None:
     if len(_signalled) > 1:  # asked twice: no more waiting
         logger.warning("%s again: killing what the run started", name)
         stop_all(grace_s=0.0)
-        stop_descendants(grace_s=0.0)
+        stop_descendants(grace_s=0.0, also=_at_signal)
         os._exit(128 + signum)
     logger.warning("%s: stopping the servers and browsers this run started", name)
+    _at_signal.extend(descendants())
     # servers first, so that requests in flight to them fail now instead of at their timeout
     stop_all()
     if signum == signal.SIGINT:
@@ -138,6 +163,7 @@ def handle_signals() -> dict[int, object] | None:
     if threading.current_thread() is not threading.main_thread():
         return None
     _signalled.clear()
+    _at_signal.clear()
     return {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
 
 
@@ -152,7 +178,7 @@ def restore_signals(previous: dict[int, object] | None) -> None:
 def _at_exit() -> None:
     stop_all()
     if _signalled:
-        stopped = stop_descendants()
+        stopped = stop_descendants(also=_at_signal)
         if stopped:
             logger.warning("stopped %d processes the run had started", stopped)
 
