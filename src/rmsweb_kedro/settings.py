@@ -1,19 +1,19 @@
 """Project settings: the config loader soft-merges parameters so ``--params a.b=1`` or an environment's file changes
 one key, and resolves ``${merge:a, b, ...}`` (the ablation variants' parameters, conf/base/parameters_ablations.yml)
 after base and the run's environment are merged; the tracking hooks (``hooks.py``) wrap kedro-mlflow, whose own
-auto-registered hook is disabled."""
+auto-registered hook is disabled; the shutdown hooks stop what a run started when it is signalled."""
 
 import os
 from typing import Any
 
 from kedro.config import OmegaConfigLoader
 
-from rmsweb_kedro.hooks import TrackingHooks
+from rmsweb_kedro.hooks import ShutdownHooks, TrackingHooks
 
 # MLflow 3 refuses its file store (mlruns/) unless this is set; conf/base/mlflow.yml says why we keep it.
 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
-HOOKS = (TrackingHooks(),)
+HOOKS = (ShutdownHooks(), TrackingHooks())
 # TrackingHooks calls kedro-mlflow's MlflowHook itself, only when tracking is on.
 DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)
 

@@ -90,13 +90,21 @@ def test_evaluate_offline_on_a_managed_server_equals_the_in_process_policy(check
 
 
 @pytest.mark.slow
-def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_path):
+def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_path, monkeypatch):
+    """... with the server's key from the environment variable ``api_key_env`` names: the node's client sends it
+    (a request without it, or with another, is refused: every probe would fail as the environment's), and it is
+    not in the kept log."""
     from rmsweb_kedro.pipelines.mining.nodes import prepare_corpus, probe_offline
 
     model, directory, states, prompt, _ = checkpoint
+    monkeypatch.setenv("RMSWEB_TEST_MINING_KEY", "mining-key-0123456789abcdef0123456789")
     params = {
         "scoring": {"k": 4, "max_new_tokens": 16, "batch_size": 4},
-        "policy": {"kind": "openai", "prompt": prompt, "server": server()},
+        "policy": {
+            "kind": "openai",
+            "prompt": prompt,
+            "server": server(api_key_env="RMSWEB_TEST_MINING_KEY"),
+        },
         "server_logs": str(tmp_path / "servers"),
         "max_states_probed": 4,
     }
@@ -107,8 +115,30 @@ def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_p
     assert probed["n_samples"].to_list() == [4] * 4
     assert [len(s) for s in probed["sampled_actions"].to_list()] == [4] * 4
     assert probed["failure_mode"].drop_nulls().str.contains("environment").not_().all()
-    assert (tmp_path / "servers" / "offline.log").stat().st_size > 0
+    log = (tmp_path / "servers" / "offline.log").read_text()
+    assert log and "mining-key-0123456789abcdef0123456789" not in log
     assert running(directory) == []
+
+
+def test_a_configured_key_comes_from_its_environment_variable(monkeypatch):
+    from pydantic import SecretStr
+
+    from rmsweb_kedro.serving import ServerConfig, VLLMServer
+
+    monkeypatch.setenv("RMSWEB_TEST_KEY", "sk-from-the-environment")
+    server = VLLMServer(ServerConfig(base_url="http://127.0.0.1:1/v1", api_key_env="RMSWEB_TEST_KEY"))
+    assert server.api_key == SecretStr("sk-from-the-environment")
+    monkeypatch.delenv("RMSWEB_TEST_KEY")
+    with pytest.raises(
+        ServerError, match=r"mining\.policy\.server\.api_key_env is 'RMSWEB_TEST_KEY', but that "
+    ):
+        VLLMServer(
+            ServerConfig(python="/usr/bin/python3", api_key_env="RMSWEB_TEST_KEY"),
+            where="mining.policy.server",
+        )
+    managed = VLLMServer(ServerConfig(python="/usr/bin/python3"), "/tmp/ckpt", where="mining.policy.server")
+    assert managed.api_key is None  # drawn at start
+    assert not any("key" in arg for arg in managed.command(8000))  # never on the command line
 
 
 def test_a_bad_python_names_the_parameter(tmp_path):

@@ -1,7 +1,8 @@
 """The ``served`` sampler against a real vLLM server (vLLM's CPU build, in the venv ``scripts/vllm_env.sh`` makes)
 on 127.0.0.1: one server for the module, started the way the stage starts it (``ServedSampler``, managed) and
 stopped at the end (the last test kills it). A tiny Qwen3-VL with head_dim 32 (vLLM's CPU attention takes 32-512),
-fine-tuned briefly, with a LoRA adapter on top: the policy Salvage-DS trains."""
+fine-tuned briefly, with a LoRA adapter on top, saved and loaded back as the stage gets it (base + ``adapter/``):
+the policy Salvage-DS trains, whose base the server serves from that directory."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import SecretStr
 
-from rmsweb_kedro.serving import ServerConfig, ServerError
+from rmsweb_kedro import processes
+from rmsweb_kedro.serving import ServerConfig, ServerError, _request
 from rmsweb_kedro.training.salvage_ds import (
     HFSampler,
     SalvageDSParams,
@@ -59,9 +62,20 @@ def server_config(**changes) -> ServerConfig:
     return ServerConfig(**(settings | changes))
 
 
+def saved_and_loaded(directory: Path):
+    """:func:`lora_tiny` saved as the stages save a LoRA policy (modeling.save_checkpoint: base + ``adapter/``) and
+    loaded back (modeling.load_model), as the salvage_ds node gets ``sft_model``."""
+    from rmsweb_kedro.modeling import load_model, save_checkpoint
+
+    model, processor, states, prompt = lora_tiny()
+    save_checkpoint(model, processor, directory)
+    loaded, processor = load_model({"path": str(directory)})
+    return loaded, processor, states, prompt
+
+
 @pytest.fixture(scope="module")
-def policy():
-    return lora_tiny()
+def policy(tmp_path_factory):
+    return saved_and_loaded(tmp_path_factory.mktemp("policy") / "sft_model")
 
 
 PARAMS = SalvageDSParams(mode="salvage_ds", group_size=4, max_new_tokens=16, temperature=1.0)
@@ -175,11 +189,16 @@ def losses(result) -> list[float]:
     return [row["train/loss"] for row in result.history if "train/loss" in row]
 
 
+def attached_to(sampler, **changes) -> ServerConfig:
+    """The module's server as a server you run: its URL and key."""
+    return ServerConfig(base_url=sampler.server.base_url, api_key=sampler.server.api_key, **changes)
+
+
 @pytest.fixture(scope="module")
 def served_run(policy, sampler, tmp_path_factory):
     """The one-process served short run (attached to the module's server) and its output dir."""
     output = tmp_path_factory.mktemp("one_process")
-    attached = SamplerConfig(kind="served", server=ServerConfig(base_url=sampler.server.base_url))
+    attached = SamplerConfig(kind="served", server=attached_to(sampler))
     return short_run(policy, output, "served", attached), output / "served"
 
 
@@ -203,7 +222,7 @@ def test_a_resumed_served_run_samples_with_the_resumed_adapter(policy, sampler, 
 
     from safetensors.torch import load_file
 
-    attached = SamplerConfig(kind="served", server=ServerConfig(base_url=sampler.server.base_url))
+    attached = SamplerConfig(kind="served", server=attached_to(sampler))
     first = short_run(policy, tmp_path, "run", attached, max_steps=2, save_every=2, resume=True)
     assert first.step == 2
     resumed = short_run(policy, tmp_path, "run", attached, resume=True)
@@ -232,7 +251,7 @@ def test_a_resumed_served_run_samples_with_the_resumed_adapter(policy, sampler, 
     "launch,managed", [("cpu_2proc", True), ("cpu_2proc_fsdp2", False)]
 )  # DDP with the server the main process starts; FSDP2 (adapter gathered from shards) on the module's server
 def test_two_processes_sample_from_the_main_processs_server(
-    launch, managed, policy, sampler, served_run, tmp_path
+    launch, managed, policy, sampler, served_run, tmp_path, monkeypatch
 ):
     """``accelerate launch`` with 2 CPU processes (gloo), a LoRA policy and the served sampler: the main process
     starts vLLM (managed) or attaches, loads each step's adapter, every process samples its own state from it.
@@ -248,7 +267,13 @@ def test_two_processes_sample_from_the_main_processs_server(
     work = tmp_path / "launch"
     save_checkpoint(model, processor, work / "policy")  # base + adapter, as the node does before launching
     pl_frame(states).write_parquet(work / "train.parquet")
-    server = server_config() if managed else ServerConfig(base_url=sampler.server.base_url)
+    # the launched processes read the job from a file: the module server's key reaches them in the environment
+    monkeypatch.setenv("RMSWEB_TEST_VLLM_KEY", sampler.server.api_key.get_secret_value())
+    server = (
+        server_config()
+        if managed
+        else ServerConfig(base_url=sampler.server.base_url, api_key_env="RMSWEB_TEST_VLLM_KEY")
+    )
     config = SalvageDSNodeParams(
         algorithm=SHORT,
         sampler=SamplerConfig(kind="served", server=server),
@@ -307,9 +332,7 @@ def test_screenshot_prompts_are_the_trainers_on_the_server(policy, sampler, tmp_
     prepared = prepare_states(rows, processor, with_image)
     image_token = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     assert all(image_token in s.prompt_ids for s in prepared)
-    attached = ServedSampler(
-        ServerConfig(base_url=sampler.server.base_url), tmp_path / "images", processor, with_image, PARAMS
-    )
+    attached = ServedSampler(attached_to(sampler), tmp_path / "images", processor, with_image, PARAMS)
     try:
         served = attached.sample(model, prepared, 1, greedy=True)  # raises if the server's prompt ids differ
         assert texts(served) == texts(
@@ -326,13 +349,130 @@ def test_screenshot_prompts_are_the_trainers_on_the_server(policy, sampler, tmp_
     )
 
 
+def served_models(server, api_key) -> tuple[int, list[dict]]:
+    """``GET /v1/models`` with ``api_key``: the status and the models (each with the ``root`` it serves)."""
+    import json
+
+    status, text = _request(f"{server.root}/v1/models", api_key=api_key)
+    return status, (json.loads(text)["data"] if status == 200 else [])
+
+
+def weight_files(directory: Path) -> dict[str, tuple[int, int, int]]:
+    """The weight files under ``directory`` (peft adapters left out): relative path -> (inode, size, mtime)."""
+    return {
+        str(path.relative_to(directory)): (path.stat().st_ino, path.stat().st_size, path.stat().st_mtime_ns)
+        for path in directory.rglob("*.safetensors")
+        if "adapters" not in path.relative_to(directory).parts and "adapter" not in path.parent.name
+    }
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` still alive (walking /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_the_managed_server_needs_its_key_on_every_v1_route(policy, sampler):
+    """No key, or a wrong one: 401, on chat's routes and on the runtime LoRA routes (which would load any adapter
+    directory the server can read); the key: served. It binds loopback, and the key is neither on the server's
+    command line (``ps`` shows it to every user) nor in its kept log."""
+    model, processor, states, prompt = policy
+    server = sampler.server
+    assert server.base_url.startswith("http://127.0.0.1:")
+    key = server.api_key
+    assert len(key.get_secret_value()) >= 32
+    assert served_models(server, None)[0] == 401
+    assert served_models(server, SecretStr("not-the-key"))[0] == 401
+    status, models = served_models(server, key)
+    assert status == 200 and {m["id"] for m in models} >= {"policy-base", sampler.adapter}
+    adapter = sampler.work_dir / "adapters" / f"v{sampler.version}"
+    load = {"lora_name": "intruder", "lora_path": str(adapter)}
+    assert _request(f"{server.root}/v1/load_lora_adapter", load)[0] == 401
+    assert _request(f"{server.root}/v1/unload_lora_adapter", {"lora_name": sampler.adapter})[0] == 401
+    assert sampler.adapter in {m["id"] for m in served_models(server, key)[1]}  # still loaded
+    # the client sends it: a sample is served
+    prepared = prepare_states(states[:1], processor, prompt)
+    assert sampler.sample(model, prepared, 1, greedy=True)[0][0].completion_ids
+    secret = key.get_secret_value()
+    assert secret not in (sampler.work_dir / "vllm_server.log").read_text(errors="replace")
+    for pid in group_pids(server.process.pid):
+        assert secret not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+
+
+def test_the_server_serves_the_checkpoints_base_in_place_at_every_start(policy, sampler, tmp_path):
+    """The base weights are served from the directory the policy was loaded from: a second start of the sampler
+    (a resumed run's) writes no copy of them (before: a whole copy at every start, ~16 GB at 8B), the checkpoint's
+    files are untouched (same inodes, sizes and times), it samples, and it has a fresh key of its own. Stopped, its
+    process group is gone and no longer registered."""
+    from rmsweb_kedro.serving import checkpoint_directory
+
+    model, processor, states, prompt = policy
+    checkpoint = checkpoint_directory(model)
+    assert checkpoint is not None and (checkpoint / "model.safetensors").exists()
+    before = weight_files(checkpoint)
+    prepared = prepare_states(states[:2], processor, prompt)
+    again = ServedSampler(server_config(), tmp_path / "resumed", processor, prompt, PARAMS)
+    try:
+        groups = again.sample(model, prepared, 1, greedy=True)
+        assert texts(groups) == texts(sampler.sample(model, prepared, 1, greedy=True))
+        for served in (sampler, again):
+            status, models = served_models(served.server, served.server.api_key)
+            roots = {m["root"] for m in models if m["id"] == "policy-base"}
+            assert status == 200 and roots == {str(checkpoint)}
+            assert weight_files(served.work_dir) == {}  # only adapters were written
+        assert again.server.api_key.get_secret_value() != sampler.server.api_key.get_secret_value()
+        assert served_models(again.server, sampler.server.api_key)[0] == 401
+        written = sum(p.stat().st_size for p in (tmp_path / "resumed").rglob("*") if p.is_file())
+        print(f"a second start wrote {written} bytes under its work dir (adapter and log); base: "
+              f"{sum(size for _, size, _ in before.values())} bytes served in place")  # fmt: skip
+        pgid = again.server.process.pid
+        assert any(again.server.base_url in what for what in processes.registered())
+    finally:
+        again.close()
+    assert group_pids(pgid) == [] and again.server.process is None
+    assert not any(again.server.base_url in what for what in processes.registered())
+    assert weight_files(checkpoint) == before
+
+
+def test_base_directory_is_the_loaded_checkpoint_only_while_the_weights_are_its(policy):
+    import copy
+
+    from rmsweb_kedro.serving import base_directory, checkpoint_directory
+
+    model, *_ = policy
+    assert base_directory(model) == checkpoint_directory(model) is not None
+    trained = copy.deepcopy(model)
+    with torch.no_grad():  # trained in memory after loading: the files are no longer its base
+        for name, weight in trained.named_parameters():
+            if "lora_" not in name:
+                weight.add_(1e-3)
+    assert checkpoint_directory(trained) == checkpoint_directory(model)
+    assert base_directory(trained) is None
+    assert base_directory(lora_tiny()[0]) is None  # built in memory: nothing on disk
+
+
+def test_an_api_key_is_never_a_parameter():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="must not be written in parameters: export it"):
+        ServerConfig.model_validate({"base_url": "http://127.0.0.1:8000/v1", "api_key": "sk-123"})
+    dumped = ServerConfig(api_key=SecretStr("sk-123")).model_dump_json()
+    assert "sk-123" not in dumped
+
+
 def test_a_killed_server_stops_the_run_with_its_log(policy, sampler, tmp_path):
     model, processor, states, prompt = policy
     prepared = prepare_states(states[:2], processor, prompt)
     # a run attached to the server: killed after its first step, the next reload fails at once, naming it
-    attached = SamplerConfig(
-        kind="served", server=ServerConfig(base_url=sampler.server.base_url, max_retries=0)
-    )
+    attached = SamplerConfig(kind="served", server=attached_to(sampler, max_retries=0))
 
     def kill(_model) -> dict:
         os.killpg(sampler.server.process.pid, signal.SIGKILL)

@@ -63,7 +63,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(project: Path) -> tuple[subprocess.Popen, str]:
+def _start(project: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """``python -m rmsweb_kedro.viewer`` over ``project`` (``args``: more of its options) on a free port of
+    127.0.0.1, once it answers; its process and URL."""
     port = _free_port()
     env = {
         **os.environ,
@@ -72,7 +74,7 @@ def _start(project: Path) -> tuple[subprocess.Popen, str]:
         ),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "rmsweb_kedro.viewer", "--project", str(project), "--port", str(port)],
+        [sys.executable, "-m", "rmsweb_kedro.viewer", "--project", str(project), "--port", str(port), *args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

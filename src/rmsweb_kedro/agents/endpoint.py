@@ -54,13 +54,21 @@ class EndpointConfig(BaseModel):
     @field_validator("api_key", mode="before")
     @classmethod
     def _not_a_parameter(cls, value: Any) -> Any:
-        # Parameters are logged (MLflow) and dumped (statistics, manifests): a key written there would follow.
-        if isinstance(value, str):
-            raise ValueError(
-                "an API key must not be written in parameters: put it in conf/local/credentials.yml as "
-                "'<name>: {api_key: ...}' and set 'credentials: <name>' (or pass SecretStr(...) from code)"
-            )
-        return value
+        return refuse_plain_key(
+            value,
+            "put it in conf/local/credentials.yml as '<name>: {api_key: ...}' and set 'credentials: <name>'",
+        )
+
+
+def refuse_plain_key(value: Any, instead: str) -> Any:
+    """A validator's check of an ``api_key`` field: a plain string is refused (``instead`` says where the key
+    goes), a ``SecretStr`` passes."""
+    # Parameters are logged (MLflow) and dumped (statistics, manifests): a key written there would follow.
+    if isinstance(value, str):
+        raise ValueError(
+            f"an API key must not be written in parameters: {instead} (or pass SecretStr(...) from code)"
+        )
+    return value
 
 
 def endpoint_credentials(conf_creds: dict[str, Any]) -> dict[str, SecretStr]:

@@ -250,6 +250,7 @@ def managed_policy(
         endpoint = EndpointConfig(
             base_url=server.base_url,
             model=name,
+            api_key=server.api_key,  # the server's fresh key (or the configured one)
             api_key_env=None,
             timeout_s=config.request_timeout_s,
             max_retries=config.max_retries,

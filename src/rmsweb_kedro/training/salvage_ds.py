@@ -646,21 +646,32 @@ class ServedSampler(_Versioned):
         return self.accelerator is not None and self.accelerator.distributed_type.name == "FSDP"
 
     def _start(self, policy) -> None:
-        """The main process starts (managed) or attaches to the server; the others attach once it is healthy."""
+        """The main process starts (managed) or attaches to the server; the others attach once it is healthy, with
+        its URL and key. A managed server serves the base weights in place, from the checkpoint directory the
+        policy was loaded from (``serving.base_directory``; at 8B a copy was ~16 GB written at every start and
+        resume); only a policy with none (built or trained in memory) has its base saved first, to
+        ``work_dir/base``."""
         from rmsweb_kedro.modeling import save_checkpoint
+        from rmsweb_kedro.serving import base_directory
 
         if self.config.base_url:
             self.server = VLLMServer(self.config).attach() if self.main else None
         else:
-            # the base weights the adapter applies to; sharded: gathered by every process (a collective)
-            weights = self.accelerator.get_state_dict(policy) if self._shards() else None
+            # the same answer on every process (sharded: no check, which would read the weights whole)
+            base = base_directory(policy, check=not self._shards())
+            if base is None:
+                # the base weights the adapter applies to; sharded: gathered by every process (a collective)
+                weights = self.accelerator.get_state_dict(policy) if self._shards() else None
+                if self.main:
+                    base = self.work_dir / "base"
+                    save_checkpoint(policy, self.processor, base, state_dict=weights)
             if self.main:
-                base = self.work_dir / "base"
-                save_checkpoint(policy, self.processor, base, state_dict=weights)
                 self.server = VLLMServer(self.config, base, self.work_dir / "vllm_server.log").start()
-        base_url, self.run = self._from_main(self.server.base_url if self.main else None, self.run)
+        main = (self.server.base_url, self.server.api_key) if self.main else (None, None)
+        base_url, api_key, self.run = self._from_main(*main, self.run)
         if not self.main:  # the main process's server (managed or the user's), for requests and error reports
-            self.server = VLLMServer(self.config.model_copy(update={"base_url": base_url, "python": None}))
+            update = {"base_url": base_url, "python": None, "api_key": api_key, "api_key_env": None}
+            self.server = VLLMServer(self.config.model_copy(update=update))
 
     def _adapter_weights(self, policy) -> dict[str, torch.Tensor] | None:
         """The trainable (LoRA) weights, full: gathered from their shards under FSDP2 (every process takes part,
@@ -709,6 +720,7 @@ class ServedSampler(_Versioned):
         endpoint = EndpointConfig(
             base_url=self.server.base_url,
             model=self.adapter,
+            api_key=self.server.api_key,
             timeout_s=c.request_timeout_s,
             max_retries=c.max_retries,
             backoff_s=0.5,

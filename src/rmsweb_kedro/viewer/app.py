@@ -1,22 +1,30 @@
 """The viewer's web app (Starlette, server-rendered pages): read-only GET routes over a
-:class:`~rmsweb_kedro.viewer.run.Run`; every page's state is in its URL, so a link is shareable."""
+:class:`~rmsweb_kedro.viewer.run.Run`; every page's state is in its URL, so a link is shareable.
+
+It answers only requests addressed to a host it serves as (``Host``: 127.0.0.1, localhost, [::1], or one named
+with ``--allow-host``; else 400), so a web page that rebinds its own DNS name to 127.0.0.1 cannot read the run
+through the browser of whoever opens it. Files: only the run's PNG screenshots (``/file``; the pages' CSS is
+inline, there are no other assets), never a checkpoint, table or log under ``data/``."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from rmsweb_kedro.viewer import views
-from rmsweb_kedro.viewer.run import MissingColumns, Run, Screenshot
+from rmsweb_kedro.viewer.run import MissingColumns, Run, Screenshot, png_size
 from rmsweb_kedro.viewer.templates import STYLE, environment
 
 logger = logging.getLogger(__name__)
@@ -26,6 +34,8 @@ TABS = [("collection", "Collection"), ("mining", "Mining"), ("salvage", "Salvage
 #: tab -> the key of run.TABLES it reads
 TAB_TABLES = {"collection": "collection", "mining": "mining", "salvage": "salvage_ds", "evaluation": "evaluation",
               "live": "live"}  # fmt: skip
+#: The hosts the viewer always answers as (a ``Host`` header's host; an IPv6 one in brackets).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 PAIRS = [("a_only", "A succeeds, B fails"), ("b_only", "B succeeds, A fails"), ("both", "both succeed"),
          ("neither", "both fail")]  # fmt: skip
 
@@ -41,8 +51,9 @@ def _inlined(shot: Screenshot) -> str:
     return "data:image/png;base64," + base64.b64encode(shot.file.read_bytes()).decode("ascii")
 
 
-def create_app(run: Run) -> Starlette:
-    """The viewer over ``run``."""
+def create_app(run: Run, allowed_hosts: Sequence[str] = ()) -> Starlette:
+    """The viewer over ``run``, answering requests whose ``Host`` is a loopback name or one of ``allowed_hosts``
+    (names or addresses without port, e.g. the machine's name when it listens beyond loopback)."""
     templates = environment()
     label = f"{run.project} (env {run.env})"
 
@@ -218,20 +229,28 @@ def create_app(run: Run) -> Starlette:
         return page(request, "live", "live", "Live episodes", rows=rows, links=link)
 
     async def file(request: Request) -> Response:
-        """A screenshot from one of the run's data folders; anything else is refused."""
+        """A PNG screenshot from one of the run's screenshot folders; anything else is refused."""
         root, relative = request.query_params.get("root", ""), request.query_params.get("path", "")
         try:
             path = run.resolve(root, relative)
         except PermissionError as err:
             return PlainTextResponse(f"refused: {err}", status_code=403)
         if not path.is_file():
-            return PlainTextResponse(f"not found: {relative} in the {root} data folder", status_code=404)
-        return FileResponse(path)
+            return PlainTextResponse(
+                f"not found: {relative} in the {root} screenshot folder", status_code=404
+            )
+        try:
+            png_size(path)  # a file named .png that is not one (a table renamed) is not a screenshot either
+        except (OSError, ValueError):
+            return PlainTextResponse(f"refused: {relative!r} is not a PNG file", status_code=403)
+        return FileResponse(path, media_type="image/png")
 
     def route(path: str, endpoint) -> Route:
         return Route(path, endpoint, methods=["GET"])
 
+    hosts = [*LOOPBACK_HOSTS, *(h if ":" not in h or h.startswith("[") else f"[{h}]" for h in allowed_hosts)]
     return Starlette(
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)],
         routes=[
             route("/", home),
             route("/evaluation", evaluation),
@@ -244,5 +263,5 @@ def create_app(run: Run) -> Starlette:
             route("/salvage", salvage),
             route("/live", live),
             route("/file", file),
-        ]
+        ],
     )

@@ -1,6 +1,6 @@
 """A run's outputs as the viewer reads them: the catalog's files and the parameters naming the screenshot folders,
-resolved for a Kedro environment, with tables scanned lazily (polars) and files served only from the run's data
-folders."""
+resolved for a Kedro environment, with tables scanned lazily (polars); the only files it hands out are the PNG
+screenshots inside those folders (no checkpoint, table or log under ``data/``)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ class Run:
         self.env = env or CONFIG_LOADER_ARGS["default_run_env"]
         self.catalog: dict[str, Any] = dict(loader["catalog"])
         self.params: dict[str, Any] = dict(loader["parameters"])
-        #: name -> folder the screenshots of a stage's table are relative to (the only folders files come from)
+        #: name -> folder the screenshots of a stage's table are relative to (the only folders files come from;
+        #: not ``data/`` as a whole, which holds checkpoints, raw tables and logs)
         self.roots: dict[str, Path] = {
             "raw": self._path(self._param("collect", "raw_root") or "data/01_raw/trajectories"),
             "evaluate": self._path(
@@ -82,7 +83,6 @@ class Run:
                 or "data/07_model_output/mining/online_screenshots"
             ),
             "live": self._path(self._param("live", "output_dir") or "data/07_model_output/live"),
-            "project": self.project / "data",
         }
         self._frames: dict[str, pl.DataFrame] = {}
 
@@ -137,16 +137,20 @@ class Run:
     # ------------------------------------------------------------------ files
 
     def resolve(self, root: str, relative: str) -> Path:
-        """The file ``relative`` under data folder ``root``; PermissionError for any path that leaves it (``..``,
-        an absolute path, a link out) or an unknown root."""
+        """The screenshot ``relative`` under screenshot folder ``root``; PermissionError for an unknown root, a
+        path that leaves it (``..``, an absolute path, a link out) or a file that is not a ``.png``."""
         if root not in self.roots:
-            raise PermissionError(f"unknown data folder {root!r}; known: {', '.join(sorted(self.roots))}")
+            raise PermissionError(
+                f"unknown screenshot folder {root!r}; known: {', '.join(sorted(self.roots))}"
+            )
         base = self.roots[root]
         if not relative or Path(relative).is_absolute() or "\\" in relative:
-            raise PermissionError(f"{relative!r} is not a path inside the {root} data folder")
+            raise PermissionError(f"{relative!r} is not a path inside the {root} screenshot folder")
         path = (base / relative).resolve()
         if not path.is_relative_to(base):
-            raise PermissionError(f"{relative!r} leaves the {root} data folder ({base})")
+            raise PermissionError(f"{relative!r} leaves the {root} screenshot folder ({base})")
+        if path.suffix.lower() != ".png":  # the folders also hold raw trajectories (JSONL) and other outputs
+            raise PermissionError(f"{relative!r} is not a screenshot (.png)")
         return path
 
     def screenshot(self, root: str, relative: str | None) -> Screenshot:
