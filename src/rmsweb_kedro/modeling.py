@@ -414,7 +414,7 @@ def cpu_only() -> bool:
 
 def resolve_dtype(dtype: str = "auto", device: str = "auto"):
     """The ``torch.dtype`` of the policy's weights: ``"auto"`` is bfloat16 on an accelerator that supports it and
-    float32 on the CPU (bf16 matmuls on 2 CPU cores are slower, and the tiny default trains in fp32 + autocast)."""
+    float32 on the CPU (bf16 on a CPU without bf16 instructions is emulated; numerics.py)."""
     import torch
 
     if dtype != "auto":

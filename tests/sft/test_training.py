@@ -158,8 +158,8 @@ def test_a_launched_entry_point_loads_every_base_checkpoint_field(tmp_path, tiny
 
 def test_the_same_short_sft_twice_saves_the_same_checkpoint_bytes(tmp_path, tiny_checkpoint, tiny_states):
     """The default run's reproducibility on one machine (README, "What the default run gives"): the same data,
-    seeds and settings (bf16 autocast, reply weight and observation loss as in conf/base) give a checkpoint with
-    the same content hash twice, the hash the run manifest records."""
+    seeds and settings (mixed_precision auto, reply weight and observation loss as in conf/base) give a checkpoint
+    with the same content hash twice, the hash the run manifest records."""
     from rmsweb_kedro.provenance import directory_sha256
 
     hashes = []
@@ -168,7 +168,7 @@ def test_the_same_short_sft_twice_saves_the_same_checkpoint_bytes(tmp_path, tiny
         config = SFTConfig(
             loop={"output_dir": str(tmp_path / attempt / "run"), "batch_size": 4, "warmup_steps": 1,
                   "max_steps": 0 if attempt == "untrained" else 3, "eval_every": 0, "save_every": 0,
-                  "mixed_precision": "bf16", "seed": 0, "progress": False},
+                  "mixed_precision": "auto", "seed": 0, "progress": False},
             loss_on="all",
             reply_weight=4.0,
         )  # fmt: skip
