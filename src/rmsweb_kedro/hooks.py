@@ -90,7 +90,11 @@ class ShutdownHooks:
 
     @hook_impl
     def before_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:
-        self._previous = processes.handle_signals()
+        previous = processes.handle_signals()
+        if (
+            previous is not None
+        ):  # a run off the main thread installs nothing: keep what the main thread's saved
+            self._previous = previous
 
     @hook_impl
     def after_pipeline_run(self, run_params: dict[str, Any], pipeline, catalog) -> None:

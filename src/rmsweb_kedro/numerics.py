@@ -7,8 +7,11 @@ an AVX-512 machine and one on an AVX2 machine part after the first optimizer ste
 when the package is imported, before torch is) pins all three to their AVX2 code paths on every x86-64 CPU with
 AVX2: ``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2`` and ``MKL_CBWR=AVX2,STRICT`` (MKL's conditional
 numerical reproducibility; ``STRICT`` keeps the bits on 1 or 2 threads, which plain ``AVX2`` does not). So every
-such machine computes what an AVX2 machine does, bit for bit (docs/training.md, "Numerics on the CPU", has the
-measurements). oneDNN is capped with ATen because ATen at AVX2 beside an uncapped oneDNN fails bf16 attention on
+Intel machine with AVX2 computes what an AVX2-only one does, bit for bit (docs/training.md, "Numerics on the CPU",
+has the measurements). MKL promises its AVX2 branch on Intel CPUs only: on AMD CPUs it runs its ``AUTO`` branch
+instead, so AMD machines may compute other bits (not measured: no AMD CPU here). MKL's vendor-neutral branch
+(``MKL_CBWR=COMPATIBLE,STRICT``, set it yourself) took 1.85x the SFT time here and gave other bits on 1 and 2
+threads, so it is not the default. oneDNN is capped with ATen because ATen at AVX2 beside an uncapped oneDNN fails bf16 attention on
 AMX CPUs (``pack_vnni2 is only supported when avx512 is supported``). A variable the user already set wins, and
 ``RMSWEB_CPU_KERNELS=native`` leaves the kernels as torch picks them: other bits, and bf16 at the speed of a CPU's
 bf16 instructions (``avx512_bf16``, AMX), which the portable kernels emulate.
@@ -84,7 +87,7 @@ def normalise_mixed_precision(value: Any) -> str:
 
 
 def resolve_mixed_precision(value: str) -> str:
-    """The Accelerate ``mixed_precision`` to run: ``auto`` is ``bf16`` on a CUDA GPU with bf16 (or an XPU/NPU) and
+    """The Accelerate ``mixed_precision`` to run: ``auto`` is ``bf16`` on a CUDA GPU with bf16 (or an XPU) and
     ``no`` on the CPU (see the module docstring); any other value as :func:`normalise_mixed_precision` gives it."""
     value = normalise_mixed_precision(value)
     if value != "auto":

@@ -30,7 +30,13 @@ GRACE_S = 30.0
 
 _lock = threading.RLock()  # re-entrant: a signal handler may stop groups while the main thread registers one
 _groups: dict[int, tuple[subprocess.Popen, str]] = {}  # group id (its leader's pid) -> (leader, what it is)
-_signalled: list[int] = []  # the signals received by this run, in order
+_signalled: list[
+    tuple[int, float]
+] = []  # the signals received by this run, in order, with their monotonic time
+#: A signal this long after the first is a first one again: a run ended by a signal skips Kedro's after-run hooks
+#: (KeyboardInterrupt and SystemExit are no Exception), so its handler stays installed in a notebook's kernel, and
+#: the next Ctrl-C there must interrupt, not kill the kernel.
+SECOND_SIGNAL_WINDOW_S = 60.0
 #: the run's processes when it was signalled: a child killed on the way out (subprocess.run kills its child on any
 #: exception, e.g. ``accelerate launch``) leaves its own children without a parent in this process's tree
 _at_signal: list = []
@@ -142,8 +148,12 @@ def stop_descendants(grace_s: float = 5.0, also: list | None = None) -> int:
 
 def _on_signal(signum: int, frame) -> None:
     name = signal.Signals(signum).name
-    _signalled.append(signum)
-    if len(_signalled) > 1:  # asked twice: no more waiting
+    now = time.monotonic()
+    if _signalled and now - _signalled[0][1] > SECOND_SIGNAL_WINDOW_S:
+        _signalled.clear()
+        _at_signal.clear()
+    _signalled.append((signum, now))
+    if len(_signalled) > 1:  # asked twice while the first is being handled: no more waiting
         logger.warning("%s again: killing what the run started", name)
         stop_all(grace_s=0.0)
         stop_descendants(grace_s=0.0, also=_at_signal)
@@ -172,7 +182,8 @@ def restore_signals(previous: dict[int, object] | None) -> None:
     if previous is None or threading.current_thread() is not threading.main_thread():
         return
     for signum, handler in previous.items():
-        signal.signal(signum, handler)
+        if handler is not None:  # None: installed from C, which signal.signal cannot put back
+            signal.signal(signum, handler)
 
 
 def _at_exit() -> None:

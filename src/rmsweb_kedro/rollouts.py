@@ -431,6 +431,9 @@ class _ThreadPool:
         # tickets given up: their threads end after them, their results are dropped; those threads are left
         self._abandoned: set[int] = set()
         self._left: set[threading.Thread] = set()
+        # an episode's end and its giving up are one step each, or a worker finishing in between would go on
+        # beside the thread started in its place
+        self._lock = threading.Lock()
         self.free = n
         self._threads: list[threading.Thread] = []
         self._roles, self._browser, self._settings = roles, browser, settings
@@ -459,9 +462,11 @@ class _ThreadPool:
                 except Exception as err:  # a bug in a role or the caller: recorded, the other episodes go on
                     logger.exception("episode %s failed", spec.key)
                     outcome = err
-                self._running.pop(ticket, None)
+                with self._lock:
+                    self._running.pop(ticket, None)
+                    abandoned = ticket in self._abandoned
                 self._results.put((ticket, outcome))
-                if ticket in self._abandoned:  # given up by the driver, which started a thread in its place
+                if abandoned:  # given up by the driver, which started a thread in its place
                     break
         except Exception as err:  # the worker could not be built: its jobs fail, reported by the driver
             logger.exception("a browser worker could not start")
@@ -480,7 +485,11 @@ class _ThreadPool:
         while True:
             now = time.monotonic()
             for ticket, (since, worker, thread) in list(self._running.items()):
-                if now - since > self._hard_limit and self._running.pop(ticket, None) is not None:
+                if now - since <= self._hard_limit:
+                    continue
+                with self._lock:
+                    if self._running.pop(ticket, None) is None:  # it ended meanwhile: its result is queued
+                        continue
                     self._abandoned.add(ticket)
                     self._left.add(thread)
                     logger.warning(

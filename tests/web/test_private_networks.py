@@ -50,6 +50,9 @@ def test_private_addresses_are_every_non_global_range():
     rules = "MAP *.sandbox.test 127.0.0.1:8000, MAP gone.test ~NOTFOUND, MAP v6.test [fd00::1]:80"
     assert resolve("shop.sandbox.test", rules) == ["127.0.0.1"] and resolve("gone.test", rules) == []
     assert resolve("v6.test", rules) == ["fd00::1"]
+    # an EXCLUDE wins over every MAP wherever it stands, as in Chromium: localhost is looked up, not mapped
+    assert "127.0.0.9" not in resolve("localhost", "MAP * 127.0.0.9:1, EXCLUDE localhost")
+    assert resolve("other.test", "MAP * 127.0.0.9:1, EXCLUDE localhost") == ["127.0.0.9"]
 
 
 def test_a_bad_allowed_range_names_the_field():

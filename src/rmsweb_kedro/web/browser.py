@@ -181,10 +181,10 @@ def resolve(host: str, host_resolver_rules: str | None = None) -> list[str]:
     ``host_resolver_rules`` (Chromium's flag, as ``BrowserConfig`` passes it: ``MAP pattern target``, ``EXCLUDE
     pattern``, comma-separated; ``~NOTFOUND`` resolves to nothing), else ``socket.getaddrinfo``; [] when it does not
     resolve."""
-    for rule in (host_resolver_rules or "").split(","):
-        words = rule.split()
-        if len(words) == 2 and words[0].upper() == "EXCLUDE" and fnmatch(host, words[1].lower()):
-            break
+    rules = [rule.split() for rule in (host_resolver_rules or "").split(",")]
+    # as Chromium's HostMappingRules: an EXCLUDE anywhere in the list wins over every MAP
+    excluded = any(len(w) == 2 and w[0].upper() == "EXCLUDE" and fnmatch(host, w[1].lower()) for w in rules)
+    for words in [] if excluded else rules:
         if len(words) == 3 and words[0].upper() == "MAP" and fnmatch(host, words[1].lower()):
             target = words[2]
             if target == "~NOTFOUND":
@@ -545,6 +545,8 @@ class BrowserEnv:
             with lock:
                 state["open"] = False
             timer.cancel()
+            if state["fired"]:  # let the kill finish first, or it could reach the browser restarted after it
+                timer.join()
         if state["fired"]:
             raise hang
 
