@@ -18,7 +18,9 @@ host or the address is in ``allowed_private_networks``; the decision is on the a
 default a host-resolver rule's target or ``socket.getaddrinfo``, cached per host), not the name. Redirects are
 checked hop by hop (Playwright's route sees only a redirect's first URL: a CDP session pauses every response of the
 open web's pages), WebSockets through ``route_web_socket``, and service workers are blocked (their requests pass no
-route). On the open web each observation also says whether the site refused the browser (``Observation.blocked``:
+route). Known gaps: the addresses are the ones this process resolves, and Chromium resolves again (a DNS-rebinding
+name can answer otherwise the second time); a WebSocket a dedicated worker opens passes no route; the redirect
+check's CDP session is the page's, so an out-of-process iframe's redirects are not checked hop by hop. On the open web each observation also says whether the site refused the browser (``Observation.blocked``:
 :func:`block_kind`), an environment outcome the episode records as ``blocked``.
 """
 
