@@ -11,10 +11,10 @@ Intel machine with AVX2 computes what an AVX2-only one does, bit for bit (docs/t
 has the measurements). MKL promises its AVX2 branch on Intel CPUs only: on AMD CPUs it runs its ``AUTO`` branch
 instead, so AMD machines may compute other bits (not measured: no AMD CPU here). MKL's vendor-neutral branch
 (``MKL_CBWR=COMPATIBLE,STRICT``, set it yourself) took 1.85x the SFT time here and gave other bits on 1 and 2
-threads, so it is not the default. oneDNN is capped with ATen because ATen at AVX2 beside an uncapped oneDNN fails bf16 attention on
-AMX CPUs (``pack_vnni2 is only supported when avx512 is supported``). A variable the user already set wins, and
-``RMSWEB_CPU_KERNELS=native`` leaves the kernels as torch picks them: other bits, and bf16 at the speed of a CPU's
-bf16 instructions (``avx512_bf16``, AMX), which the portable kernels emulate.
+threads, so it is not the default. oneDNN is capped with ATen because ATen at AVX2 beside an uncapped oneDNN fails
+bf16 attention on AMX CPUs (``pack_vnni2 is only supported when avx512 is supported``). A variable the user already
+set wins, and ``RMSWEB_CPU_KERNELS=native`` leaves the kernels as torch picks them: other bits, and bf16 at the speed
+of a CPU's bf16 instructions (``avx512_bf16``, AMX), which the portable kernels emulate.
 
 **Precision.** ``mixed_precision`` (the training loop's Accelerate setting) takes what a user types: ``no``
 (YAML's ``no`` is the boolean false, accepted too), ``fp32`` (= ``no``), ``bf16``, ``fp16`` or ``auto``;
@@ -40,20 +40,14 @@ _FP32 = {"no", "fp32", "float32", "none", "false"}
 MIXED_PRECISIONS = ("no", "bf16", "fp16", "auto")
 
 
-def _has_avx2() -> bool:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return any(line.startswith("flags") and " avx2" in line for line in cpuinfo)
-    except OSError:
-        return False
-
-
 def kernel_choice() -> str:
     """``portable`` (AVX2 kernels pinned) or ``native`` (``RMSWEB_CPU_KERNELS=native``, or a CPU that is not
     x86-64 with AVX2: ARM and Apple silicon run their own kernels, other bits)."""
     if os.environ.get(KERNELS_ENV, "portable") == "native":
         return "native"
-    if platform.machine().lower() not in ("x86_64", "amd64") or not _has_avx2():
+    from rmsweb_kedro.provenance import cpu_model
+
+    if platform.machine().lower() not in ("x86_64", "amd64") or "avx2" not in cpu_model()[1]:
         return "native"
     return "portable"
 
