@@ -16,12 +16,12 @@ import statistics
 import tempfile
 import time
 
-from rmsweb_kedro.agents.scripted import SandboxJudge
-from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.agents.reference import ReferenceAgent
+from rmsweb_kedro.contracts.schema import Task
+from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles, run_rollouts
+from rmsweb_kedro.judges.sandbox import SandboxJudge
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv
 from rmsweb_kedro.web.sandbox import SandboxParams, SandboxServer, generate_tasks, resolve_step
-from rmsweb_kedro.web.sandbox.solve import ReferenceAgent
 
 
 def workload(count: int) -> list[Task]:

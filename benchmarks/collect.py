@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rmsweb_kedro.contracts.schema import tasks_to_frame
 from rmsweb_kedro.pipelines.collect.nodes import collect_trajectories, select_collection_tasks
-from rmsweb_kedro.schema import tasks_to_frame
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 
 

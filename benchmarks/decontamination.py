@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.contracts.schema import Task
 from rmsweb_kedro.tasks.benchmarks import loaders
 from rmsweb_kedro.tasks.decontamination import (
     EVALUATION_BENCHMARKS,

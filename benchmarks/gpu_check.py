@@ -170,9 +170,9 @@ def main() -> None:
     import torch
 
     from rmsweb_kedro.agents.hf_policy import sample_replies
-    from rmsweb_kedro.modeling import LoraSettings, add_lora, released_layout_model, resolve_device
-    from rmsweb_kedro.prompts import PromptConfig, build_messages
-    from rmsweb_kedro.serving import ServerConfig
+    from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.models.modeling import LoraSettings, add_lora, released_layout_model, resolve_device
+    from rmsweb_kedro.models.serving import ServerConfig
     from rmsweb_kedro.training.loop import LoopConfig
     from rmsweb_kedro.training.salvage_ds import SalvageDSParams, SamplerConfig, train_salvage_ds
     from rmsweb_kedro.training.sft import SFTConfig, run_sft

@@ -15,7 +15,7 @@ import os
 import random
 import time
 
-from rmsweb_kedro.actions import parse_action
+from rmsweb_kedro.contracts.actions import parse_action
 from rmsweb_kedro.pipelines.trajectories.nodes import (
     report_ingest,
     shorten_trajectories,

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fixtures_m
 
 def one_by_one(policy, states: pl.DataFrame, params) -> None:
     """The same work as ``probe_states`` with one generate call per sampled action."""
-    from rmsweb_kedro.mining import Sample, parse_history, reference_action, score_state
+    from rmsweb_kedro.measures.mining import Sample, parse_history, reference_action, score_state
 
     for row in states.iter_rows(named=True):
         samples = [policy.sample([row], n=1, greedy=False)[0][0] for _ in range(params.scoring.k)]
@@ -39,10 +39,10 @@ def one_by_one(policy, states: pl.DataFrame, params) -> None:
 def main() -> None:
     import torch
 
-    from rmsweb_kedro.modeling import build_tiny_model, load_model
-    from rmsweb_kedro.probing import MiningParams, load_policy, probe_states
-    from rmsweb_kedro.prompts import PromptConfig, build_messages
-    from rmsweb_kedro.schema import STATE_SCHEMA
+    from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+    from rmsweb_kedro.measures.probing import MiningParams, load_policy, probe_states
+    from rmsweb_kedro.models.modeling import build_tiny_model, load_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="a checkpoint directory (default: a fresh tiny model)")

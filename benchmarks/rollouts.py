@@ -23,10 +23,10 @@ import time
 
 from browser_env import workload  # the same episodes (this script's folder is on the path when it runs)
 
-from rmsweb_kedro.agents.scripted import SandboxJudge
-from rmsweb_kedro.rollouts import EpisodeSpec, Roles, RolloutConfig, run_rollouts
-from rmsweb_kedro.schema import Task
-from rmsweb_kedro.web.sandbox.solve import ReferenceAgent
+from rmsweb_kedro.agents.reference import ReferenceAgent
+from rmsweb_kedro.contracts.schema import Task
+from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles, RolloutConfig, run_rollouts
+from rmsweb_kedro.judges.sandbox import SandboxJudge
 
 INSIDE = "RMSWEB_LOOPBACK_NAMESPACE"
 

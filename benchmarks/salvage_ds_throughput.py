@@ -42,10 +42,10 @@ def main() -> None:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from rmsweb_kedro.actions import parse_action
     from rmsweb_kedro.agents.base import parse_sample
-    from rmsweb_kedro.prompts import build_messages, render_prompt
-    from rmsweb_kedro.serving import ServerConfig, VLLMServer
+    from rmsweb_kedro.contracts.actions import parse_action
+    from rmsweb_kedro.contracts.prompts import build_messages, render_prompt
+    from rmsweb_kedro.models.serving import ServerConfig, VLLMServer
     from rmsweb_kedro.training.loop import LoopConfig
     from rmsweb_kedro.training.salvage_ds import (
         SalvageDSParams,
@@ -83,7 +83,7 @@ def main() -> None:
     if args.served:
         import subprocess
 
-        from rmsweb_kedro.modeling import save_checkpoint
+        from rmsweb_kedro.models.modeling import save_checkpoint
 
         python = subprocess.run(
             ["bash", "scripts/vllm_env.sh", "--path"], capture_output=True, text=True, check=True

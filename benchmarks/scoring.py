@@ -36,7 +36,7 @@ def trained_prompt(env: str | None):
     """The prompt SFT trains with (``sft.training.prompt`` of the project's configuration, ``env`` over base)."""
     from kedro.config import OmegaConfigLoader
 
-    from rmsweb_kedro.prompts import PromptConfig
+    from rmsweb_kedro.contracts.prompts import PromptConfig
     from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 
     loader = OmegaConfigLoader(
@@ -50,10 +50,10 @@ def main() -> None:
     import torch
 
     from rmsweb_kedro.agents.factory import build_policy
-    from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
-    from rmsweb_kedro.prompts import build_messages
-    from rmsweb_kedro.schema import STATE_SCHEMA
-    from rmsweb_kedro.scoring import ScoringConfig, rates, score_states
+    from rmsweb_kedro.contracts.prompts import build_messages
+    from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+    from rmsweb_kedro.measures.scoring import ScoringConfig, rates, score_states
+    from rmsweb_kedro.models.modeling import build_tiny_model, save_checkpoint
     from tests.collect.local_openai_server import LocalChatServer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -42,15 +42,15 @@ def main() -> None:
     from kedro.framework.session import KedroSession
     from kedro.framework.startup import bootstrap_project
 
-    from rmsweb_kedro.evaluation import (
+    from rmsweb_kedro.measures.evaluation import (
         EvaluateParams,
         offline_metrics,
         predict_offline,
         run_online,
         success_summary,
     )
-    from rmsweb_kedro.modeling import LoadedModel
-    from rmsweb_kedro.reporting import figure_panels
+    from rmsweb_kedro.measures.reporting import figure_panels
+    from rmsweb_kedro.models.modeling import LoadedModel
     from rmsweb_kedro.training.sft import SFTConfig, run_sft
 
     root = Path.cwd()

@@ -1,7 +1,7 @@
 """SFT training throughput: our loop with padded batches, packed batches (``sft.training.batching``) and packed to
 a token budget (``budget``: ``loop.micro_batch_tokens``) against TRL's SFTTrainer in its padding-free setting, same
 tiny model, samples, batch size; each in fp32 and under bf16 autocast (``loop.mixed_precision``), on the CPU kernels
-the project pins (``portable``) or torch's own (``native``: numerics.py).
+the project pins (``portable``) or torch's own (``native``: models/numerics.py).
 
     .venv/bin/python benchmarks/sft_throughput.py [--steps 30] [--batch-size 16] [--warmup 5] \
         [--micro-batch-tokens 2048] [--states data/05_model_input/sft/sft_states_train_augmented.parquet] \
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TRAINERS = ("padded", "packed", "budget", "trl")  # budget: packed to --micro-batch-tokens; trl: padding_free
 PRECISIONS = {"fp32": "no", "bf16": "bf16"}  # the name printed -> loop.mixed_precision
-KERNELS = ("portable", "native")  # numerics.py: the project's pinned AVX2 kernels, or torch's own
+KERNELS = ("portable", "native")  # models/numerics.py: the project's pinned AVX2 kernels, or torch's own
 sys.path.insert(0, str(ROOT))
 
 
@@ -72,7 +72,7 @@ def _default_run(name: str, *keys: str):
 
 
 def _prompt():
-    from rmsweb_kedro.prompts import PromptConfig
+    from rmsweb_kedro.contracts.prompts import PromptConfig
 
     return PromptConfig.model_validate(_default_run("globals", "policy_prompt"))
 
@@ -97,7 +97,7 @@ def _tokens_per_sample(processor, states, prompt) -> list[int]:
 
 
 def run_ours(checkpoint: str, args) -> dict:
-    from rmsweb_kedro.modeling import load_model, packed_attention, rope_index
+    from rmsweb_kedro.models.modeling import load_model, packed_attention, rope_index
     from rmsweb_kedro.training.loop import train_loop
     from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, sft_loss
 
@@ -184,8 +184,8 @@ def run_trl(checkpoint: str, args) -> dict:
     from trl import SFTConfig as TRLConfig
     from trl import SFTTrainer
 
-    from rmsweb_kedro.modeling import load_model
-    from rmsweb_kedro.prompts import build_messages
+    from rmsweb_kedro.contracts.prompts import build_messages
+    from rmsweb_kedro.models.modeling import load_model
 
     model, processor = load_model({"path": checkpoint})
     prompt = _prompt()
@@ -300,14 +300,14 @@ def main() -> None:
         print("RESULT " + json.dumps(figures))
         return
 
-    from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
-    from rmsweb_kedro.provenance import cpu_model
+    from rmsweb_kedro.models.modeling import build_tiny_model, save_checkpoint
+    from rmsweb_kedro.models.numerics import cpu_model
 
     name, flags = cpu_model()
     print(f"CPU {name}; {len(flags)} SIMD sets, bf16 instructions: "
           f"{' '.join(f for f in flags if 'bf16' in f) or 'none (bf16 autocast is emulated)'}")  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="sft-bench-"))
-    from rmsweb_kedro.prompts import build_messages
+    from rmsweb_kedro.contracts.prompts import build_messages
 
     states, prompt = _states(args), _prompt()
     corpus = [  # the texts the default run's tokenizer is trained on (pipelines/sft/nodes.py)
@@ -346,7 +346,7 @@ def _child(trainer: str, precision: str, kernels: str, checkpoint: Path, args) -
     ]  # fmt: skip
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "RMSWEB_CPU_KERNELS": kernels}
     if kernels == "native":  # the pins this process inherited from importing rmsweb_kedro would still apply
-        from rmsweb_kedro.numerics import PORTABLE_KERNELS
+        from rmsweb_kedro.models.numerics import PORTABLE_KERNELS
 
         env = {k: v for k, v in env.items() if k not in PORTABLE_KERNELS}
     done = subprocess.run(command, capture_output=True, text=True, env=env)

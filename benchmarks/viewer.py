@@ -33,8 +33,8 @@ def build(root: Path, n_episodes: int, n_steps: int, seed: int = 0) -> Path:
     """A project folder holding a synthetic evaluation of ``n_episodes`` episodes of ``n_steps`` steps."""
     from PIL import Image
 
-    from rmsweb_kedro.evaluation import EPISODE_SCHEMA
-    from rmsweb_kedro.schema import EPISODE_STEP_SCHEMA
+    from rmsweb_kedro.contracts.schema import EPISODE_STEP_SCHEMA
+    from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA
 
     shutil.copytree(REPO / "conf" / "base", root / "conf" / "base")
     (root / "conf" / "local").mkdir(parents=True)

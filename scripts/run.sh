@@ -17,6 +17,6 @@ print(f"\nRun manifest: data/08_reporting/run_manifest.json (git {manifest['git_
 if manifest["mlflow_run_id"]:
     print(f"MLflow run {manifest['mlflow_run_id']} in {manifest['mlflow_tracking_uri']}. Open it with\n"
           "  PATH=.venv/bin:$PATH .venv/bin/kedro mlflow ui     # then http://127.0.0.1:5000\n"
-          "Compare runs: .venv/bin/python -m rmsweb_kedro.compare_runs RUN_ID_A RUN_ID_B")
+          "Compare runs: .venv/bin/python -m rmsweb_kedro.runs.compare RUN_ID_A RUN_ID_B")
 PY
 fi

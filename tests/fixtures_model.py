@@ -92,8 +92,8 @@ def tiny_states() -> list[dict]:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, tiny_states) -> Path:
     """A saved tiny Qwen3-VL checkpoint directory (default architecture, 512-token vocabulary)."""
-    from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
-    from rmsweb_kedro.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.models.modeling import build_tiny_model, save_checkpoint
 
     corpus = [
         part["text"]
@@ -131,8 +131,8 @@ def screenshot_states(tmp_path_factory, tiny_states) -> list[dict]:
 @pytest.fixture(scope="session")
 def released_checkpoint(tmp_path_factory, tiny_states) -> Path:
     """A tiny Qwen3-VL-Instruct checkpoint dir in the released layout (no generation markers in its template)."""
-    from rmsweb_kedro.modeling import write_released_layout
-    from rmsweb_kedro.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.models.modeling import write_released_layout
 
     corpus = [
         part["text"]

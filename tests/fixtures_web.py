@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.contracts.schema import Task
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv
 from rmsweb_kedro.web.sandbox import SandboxParams, SandboxServer, generate_tasks
 

@@ -8,7 +8,7 @@ With tracking on, kedro-mlflow opens one MLflow run per ``kedro run`` and logs e
 (secrets masked first); this hook adds
 
 - tags: git commit (``mlflow.source.git.commit``), package versions, hardware;
-- metrics: the numbers of the datasets named in ``tracking.metrics`` when they are saved (``tracking.py``), and
+- metrics: the numbers of the datasets named in ``tracking.metrics`` when they are saved (``runs/tracking.py``), and
   the training loop's step metrics, live (``training/loop.py`` calls ``tracking.log_step``);
 - artifacts: every saved file of the layers in ``tracking.artifact_layers`` (plots, tables, the report), under
   the same relative path as on disk, and ``run_manifest.json``; Parquet tables of those layers get the manifest
@@ -30,8 +30,9 @@ from typing import Any
 from kedro.framework.hooks import hook_impl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro import processes, tracking
-from rmsweb_kedro.provenance import (
+from rmsweb_kedro.models import processes
+from rmsweb_kedro.runs import tracking
+from rmsweb_kedro.runs.provenance import (
     RunManifest,
     checkpoint_record,
     mask_secrets,
@@ -142,7 +143,7 @@ class TrackingHooks:
     ) -> None:
         from kedro.io import MemoryDataset
 
-        from rmsweb_kedro.agents.endpoint import endpoint_credentials
+        from rmsweb_kedro.models.endpoint import endpoint_credentials
 
         self._catalog = catalog
         credentials = endpoint_credentials(conf_creds or {})

@@ -14,14 +14,13 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
-from rmsweb_kedro import evaluation_report as report
-from rmsweb_kedro import reporting
-from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams
+from rmsweb_kedro.contracts.schema import COLLECTION_LOG_SCHEMA, STATE_SCHEMA, tasks_to_frame
+from rmsweb_kedro.measures import report, reporting
+from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA, EvaluateParams
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations.nodes import collection_pool
 from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
-from rmsweb_kedro.schema import COLLECTION_LOG_SCHEMA, STATE_SCHEMA, tasks_to_frame
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, ProjectConfigLoader, merge_parameters
 from tests.fixtures_web import chromium_available
 

@@ -42,7 +42,7 @@ class LocalChatServer:
     def __init__(self, checkpoint: str | Path | None = None):
         self.model = self.processor = None
         if checkpoint is not None:
-            from rmsweb_kedro.modeling import load_model
+            from rmsweb_kedro.models.modeling import load_model
 
             self.model, self.processor = load_model({"path": str(checkpoint)})
             self.model.eval()

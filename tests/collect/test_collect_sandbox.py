@@ -13,14 +13,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rmsweb_kedro.agents.scripted import (
-    SandboxJudge,
-    ScriptedReflector,
-    ScriptedTeacher,
-    TeacherImperfections,
-)
-from rmsweb_kedro.collection import JOURNAL_KEY, CollectParams
-from rmsweb_kedro.episodes import run_episode
+from rmsweb_kedro.agents.scripted import ScriptedReflector, ScriptedTeacher, TeacherImperfections
+from rmsweb_kedro.contracts.schema import Trajectory, tasks_to_frame
+from rmsweb_kedro.episodes.collection import JOURNAL_KEY, CollectParams
+from rmsweb_kedro.episodes.episode import run_episode
+from rmsweb_kedro.episodes.rollouts import Journal
+from rmsweb_kedro.judges.sandbox import SandboxJudge
 from rmsweb_kedro.pipelines.collect.nodes import (
     collect_trajectories,
     collection_stats,
@@ -28,8 +26,6 @@ from rmsweb_kedro.pipelines.collect.nodes import (
     publish_raw_trajectories,
     select_collection_tasks,
 )
-from rmsweb_kedro.rollouts import Journal
-from rmsweb_kedro.schema import Trajectory, tasks_to_frame
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 
 pytestmark = pytest.mark.browser
@@ -99,7 +95,7 @@ def test_environment_failure_restarts_the_attempt(sandbox_task_list, sandbox_ser
 
 
 def test_persistent_environment_failure_is_not_the_agents(sandbox_task_list, sandbox_server, browser_config):
-    from rmsweb_kedro.rollouts import EpisodeSettings, EpisodeSpec, Roles, run_rollouts
+    from rmsweb_kedro.episodes.rollouts import EpisodeSettings, EpisodeSpec, Roles, run_rollouts
 
     judge, task = SandboxJudge(sandbox_server.session_state), sandbox_task_list[0]
     broken = browser_config.model_copy(update={"executable": "/nonexistent/chromium"})
@@ -166,7 +162,7 @@ def test_collect_writes_every_attempt_resumes_and_summarises(sandbox_task_list, 
 
 KILL_SCRIPT = """
 import sys
-from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.contracts.schema import tasks_to_frame
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 from rmsweb_kedro.pipelines.collect.nodes import collect_trajectories, select_collection_tasks
 import json
@@ -212,10 +208,10 @@ def test_the_teachers_equivalents_become_the_states_reference_set(
 ):
     """The sandbox's declared equivalent (Enter in the form's last text field = its submit button) is recorded on
     the step, carried into the state table, and the step metrics accept it as right."""
-    from rmsweb_kedro.actions import parse_action
+    from rmsweb_kedro.contracts.actions import parse_action
+    from rmsweb_kedro.contracts.schema import STATE_SCHEMA, reference_set, step_row, trajectory_row
+    from rmsweb_kedro.measures.scoring import score_step, step_score
     from rmsweb_kedro.pipelines.sft_data.nodes import build_states
-    from rmsweb_kedro.schema import STATE_SCHEMA, reference_set, step_row, trajectory_row
-    from rmsweb_kedro.scoring import score_step, step_score
 
     task = next(t for t in sandbox_task_list if t.metadata["template"] == "job_apply" and t.split == "train")
     judge = SandboxJudge(sandbox_server.session_state)
@@ -243,8 +239,8 @@ def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(
 ):
     """The teacher's longer ways (type then click Search; an unnecessary Job type filter) still succeed, are not
     undone by shortening, and once a reflection names them the retry takes the reference's length."""
-    from rmsweb_kedro.schema import step_row, trajectory_row
-    from rmsweb_kedro.shortening import shorten
+    from rmsweb_kedro.contracts.schema import step_row, trajectory_row
+    from rmsweb_kedro.trajectories.shortening import shorten
 
     task = next(t for t in sandbox_task_list if t.metadata["template"] == "job_salary" and t.split == "train")
     judge = SandboxJudge(sandbox_server.session_state)

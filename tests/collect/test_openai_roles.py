@@ -7,16 +7,17 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.agents.endpoint import (
+from rmsweb_kedro.agents.openai_roles import OpenAIReflector, OpenAITeacher
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.contracts.schema import Observation, Step, Task, Verdict
+from rmsweb_kedro.judges.llm import WebJudge, WebVoyagerJudge
+from rmsweb_kedro.models.endpoint import (
     ChatEndpoint,
     EndpointConfig,
     EndpointError,
     endpoint_credentials,
     resolve_api_key,
 )
-from rmsweb_kedro.agents.openai_roles import OpenAIReflector, OpenAITeacher, WebJudge, WebVoyagerJudge
-from rmsweb_kedro.schema import Observation, Step, Task, Verdict
 from tests.collect.local_openai_server import LocalChatServer
 
 
@@ -174,8 +175,8 @@ def test_openai_teacher_drives_a_sandbox_episode(
 ):
     """The endpoint teacher in a real browser episode: every reply is recorded; the untrained model's unparseable
     replies end the attempt as a model error, judged by the checker as a failure."""
-    from rmsweb_kedro.agents.scripted import SandboxJudge
-    from rmsweb_kedro.episodes import run_episode
+    from rmsweb_kedro.episodes.episode import run_episode
+    from rmsweb_kedro.judges.sandbox import SandboxJudge
 
     chat_server.faults = {}
     task = next(t for t in sandbox_task_list if t.split == "train")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from kedro.config import OmegaConfigLoader
 
-from rmsweb_kedro.collection import JOURNAL_KEY, CollectParams
+from rmsweb_kedro.contracts.schema import tasks_to_frame
+from rmsweb_kedro.episodes.collection import JOURNAL_KEY, CollectParams
+from rmsweb_kedro.episodes.rollouts import Journal
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.pipelines.collect.pipeline import create_pipeline
-from rmsweb_kedro.rollouts import Journal
-from rmsweb_kedro.schema import tasks_to_frame
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -12,17 +12,11 @@ from urllib.parse import urlparse
 
 import pytest
 
-from rmsweb_kedro.agents.judge_prompts import load_prompts
+from rmsweb_kedro.contracts.remote import DownloadError, RemoteFile, download, mirrored
+from rmsweb_kedro.judges.prompts import PROMPT_FILES, load_prompts
 from rmsweb_kedro.tasks.benchmarks import loaders
 from rmsweb_kedro.tasks.benchmarks.__main__ import main
-from rmsweb_kedro.tasks.benchmarks.download import (
-    PROMPT_FILES,
-    REMOTE_FILES,
-    DownloadError,
-    RemoteFile,
-    download,
-    mirrored,
-)
+from rmsweb_kedro.tasks.benchmarks.download import REMOTE_FILES
 from tests.evaluate.conftest import FIXTURES
 
 # The repositories and paths SOURCES.md names for each file.
@@ -145,6 +139,6 @@ def test_only_prompts(fixture_mirror, tmp_path):
 
 
 def test_mirrored_keeps_names_and_digests():
-    mirror = mirrored("http://mirror.local/bench/")
+    mirror = mirrored("http://mirror.local/bench/", REMOTE_FILES)
     assert [(f.name, f.sha256) for f in mirror] == [(f.name, f.sha256) for f in REMOTE_FILES]
     assert mirror[0].url == f"http://mirror.local/bench/{REMOTE_FILES[0].name}"

@@ -8,7 +8,7 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from rmsweb_kedro.schema import QUARANTINE_SCHEMA, TASK_SCHEMA, tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.contracts.schema import QUARANTINE_SCHEMA, TASK_SCHEMA, tasks_from_frame, tasks_to_frame
 from rmsweb_kedro.tasks.benchmarks.loaders import (
     DEFAULT_WEBTAILBENCH_START_URL,
     BenchmarkFileError,

@@ -11,13 +11,12 @@ import yaml
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from rmsweb_kedro import evaluation, reporting
-from rmsweb_kedro import evaluation_report as report
-from rmsweb_kedro.mining import EpisodeFailure, FailureMode, classify_episode
+from rmsweb_kedro.contracts.schema import JudgeSpec, Task
+from rmsweb_kedro.measures import evaluation, report, reporting
+from rmsweb_kedro.measures.mining import EpisodeFailure, FailureMode, classify_episode
+from rmsweb_kedro.measures.scoring import score_step
 from rmsweb_kedro.pipelines.evaluate import nodes
 from rmsweb_kedro.pipelines.evaluate.pipeline import MODELS, create_pipeline
-from rmsweb_kedro.schema import JudgeSpec, Task
-from rmsweb_kedro.scoring import score_step
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = {
@@ -188,7 +187,7 @@ def test_breakdown_reports_each_sandbox_split_apart():
 
 def collect_log(attempts: list[tuple[str, str, int, bool, int]]) -> pl.DataFrame:
     """A hand-made collection log in the collect pipeline's own schema (the joint with collect)."""
-    from rmsweb_kedro.schema import COLLECTION_LOG_SCHEMA
+    from rmsweb_kedro.contracts.schema import COLLECTION_LOG_SCHEMA
 
     return pl.DataFrame(
         [

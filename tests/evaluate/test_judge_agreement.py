@@ -14,9 +14,9 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
-from rmsweb_kedro.agreement import agreement, cohen_kappa, stratified_sample
+from rmsweb_kedro.contracts.schema import tasks_to_frame
+from rmsweb_kedro.measures.agreement import agreement, cohen_kappa, stratified_sample
 from rmsweb_kedro.pipeline_registry import register_pipelines
-from rmsweb_kedro.schema import tasks_to_frame
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 from tests.collect.local_openai_server import LocalChatServer
 

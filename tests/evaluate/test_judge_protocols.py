@@ -17,24 +17,25 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
-from rmsweb_kedro.agents.judge_prompts import (
-    OFFICIAL_KEYS,
-    WEBJUDGE,
-    WEBVOYAGER,
-    load_prompts,
-    string_constants,
-)
-from rmsweb_kedro.agents.openai_roles import (
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.contracts.schema import Step, Task
+from rmsweb_kedro.judges.llm import (
     WebJudge,
     WebVoyagerJudge,
     parse_image_reply,
     parse_key_points,
     parse_status,
 )
-from rmsweb_kedro.schema import Step, Task
-from rmsweb_kedro.tasks.benchmarks.download import PROMPT_FILES, PromptFile
+from rmsweb_kedro.judges.prompts import (
+    OFFICIAL_KEYS,
+    PROMPT_FILES,
+    WEBJUDGE,
+    WEBVOYAGER,
+    PromptFile,
+    load_prompts,
+    string_constants,
+)
+from rmsweb_kedro.models.endpoint import ChatEndpoint, EndpointConfig
 
 TASK = Task(
     id="t1", source="online_mind2web", site="shop", start_url="http://shop.sandbox.test/",

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
-from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
-from rmsweb_kedro.agents.rubric_judge import RubricJudge
-from rmsweb_kedro.agents.scripted import SandboxJudge
-from rmsweb_kedro.schema import JudgedBy, JudgeSpec, Task, Verdict
+from rmsweb_kedro.contracts.schema import JudgedBy, JudgeSpec, Task, Verdict
+from rmsweb_kedro.judges.answer import ExactAnswerJudge
+from rmsweb_kedro.judges.llm import WebJudge, WebVoyagerJudge
+from rmsweb_kedro.judges.rubric import RubricJudge
+from rmsweb_kedro.judges.sandbox import SandboxJudge
+from rmsweb_kedro.models.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.web.sandbox import check
 from tests.evaluate.conftest import RUBRIC, judge_model
 
@@ -62,8 +62,7 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
     task's judge: its benchmark's, the sandbox checker for sandbox tasks, an LLM judge for tasks without one."""
     from typing import get_args
 
-    from rmsweb_kedro.agents.factory import JudgeSpecConfig, build_judge
-    from rmsweb_kedro.agents.judges import TASK_JUDGE_KINDS, JudgeByKind
+    from rmsweb_kedro.judges.choice import TASK_JUDGE_KINDS, JudgeByKind, JudgeSpecConfig, build_judge
 
     endpoint = ChatEndpoint(
         EndpointConfig(base_url="http://127.0.0.1:9/v1", model="judge-test")
@@ -86,7 +85,7 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
         assert type(judge) is type(built[kind])
     assert judges.for_task(task.model_copy(update={"judge": JudgeSpec(kind="rubric")})).threshold == 0.7
     assert type(judges.for_task(task)) is SandboxJudge
-    # A task without a checker: its rubric, its definite answer, else the stage's LLM judge (agents.judges.judge_kind);
+    # A task without a checker: its rubric, its definite answer, else the stage's LLM judge (judges.choice.judge_kind);
     # a stage whose judge is the sandbox checker cannot judge it and says so.
     unknown = task.model_copy(update={"source": "user", "judge": JudgeSpec(kind="none")})
     with pytest.raises(ValueError, match="carries no rubric or reference answer"):
@@ -109,7 +108,7 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
     # The stages' factory pickles (Ray actors build their judges) and gives a kind its own model when asked.
     import pickle
 
-    from rmsweb_kedro.agents.judges import judge_factory
+    from rmsweb_kedro.judges.choice import judge_factory
 
     config = {"base_url": "http://127.0.0.1:9/v1", "model": "judge-test"}
     made = pickle.loads(pickle.dumps(judge_factory({"kind": "webjudge", "endpoint": config},
@@ -122,8 +121,8 @@ def test_one_factory_builds_every_judge_kind_and_each_task_gets_its_own(sandbox_
 def test_a_definite_answer_read_by_a_model_and_its_judge_errors(chat_server, sandbox_task_list):
     """``reference_answer: llm``: the endpoint's model reads the final answer against the reference (over HTTP to
     the local server); a reply without a verdict or a failing endpoint is a judge error, never the agent's failure."""
-    from rmsweb_kedro.agents.answer_judge import LLMAnswerJudge
-    from rmsweb_kedro.agents.judges import JudgeByKind
+    from rmsweb_kedro.judges.answer import LLMAnswerJudge
+    from rmsweb_kedro.judges.choice import JudgeByKind
 
     endpoint = {"base_url": chat_server.base_url, "model": "judge-test", "max_retries": 1, "backoff_s": 0}
     judges = JudgeByKind({"kind": "webjudge", "reference_answer": "llm", "endpoint": endpoint})

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.evaluation import success_summary
+from rmsweb_kedro.contracts.schema import JudgeSpec, tasks_to_frame
+from rmsweb_kedro.measures.evaluation import success_summary
 from rmsweb_kedro.pipelines.evaluate import nodes
-from rmsweb_kedro.schema import JudgeSpec, tasks_to_frame
 from tests.evaluate.conftest import judge_model, request_text
 from tests.fixtures_web import chromium_available
 

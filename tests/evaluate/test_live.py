@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
-from rmsweb_kedro.agents.judges import judge_factory
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.live import run_live
-from rmsweb_kedro.rollouts import Roles
-from rmsweb_kedro.schema import JudgeSpec, Trajectory
-from rmsweb_kedro.tasks.benchmarks.submission import factual_actions, read_submission
+from rmsweb_kedro.contracts.schema import JudgeSpec, Trajectory
+from rmsweb_kedro.episodes.live import run_live
+from rmsweb_kedro.episodes.rollouts import Roles
+from rmsweb_kedro.episodes.submission import factual_actions, read_submission
+from rmsweb_kedro.judges.answer import ExactAnswerJudge
+from rmsweb_kedro.judges.choice import judge_factory
 from tests.evaluate.conftest import RUBRIC, judge_model, request_text
 from tests.fixtures_web import chromium_available
 

@@ -15,10 +15,10 @@ from kedro.config import OmegaConfigLoader
 from kedro.io import DataCatalog
 from kedro.runner import SequentialRunner
 
-from rmsweb_kedro.agents.endpoint import endpoint_credentials
+from rmsweb_kedro.contracts.prompts import PromptConfig
+from rmsweb_kedro.contracts.schema import Trajectory
+from rmsweb_kedro.models.endpoint import endpoint_credentials
 from rmsweb_kedro.pipeline_registry import register_pipelines
-from rmsweb_kedro.prompts import PromptConfig
-from rmsweb_kedro.schema import Trajectory
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 from tests.evaluate.conftest import judge_model
 from tests.fixtures_web import chromium_available

@@ -12,8 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rmsweb_kedro.schema import STATE_SCHEMA
-from rmsweb_kedro.serving import ServerError
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+from rmsweb_kedro.models.serving import ServerError
 from tests.salvage_ds.conftest import lora_tiny, make_states
 from tests.salvage_ds.test_served import server_config
 
@@ -68,7 +68,7 @@ def running(directory: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_evaluate_offline_on_a_managed_server_equals_the_in_process_policy(checkpoint, tmp_path):
-    from rmsweb_kedro.evaluation import offline_metrics
+    from rmsweb_kedro.measures.evaluation import offline_metrics
     from rmsweb_kedro.pipelines.evaluate.nodes import predict_offline
 
     model, directory, states, prompt, base_replies = checkpoint
@@ -123,7 +123,7 @@ def test_mining_probes_k_samples_per_state_on_a_managed_server(checkpoint, tmp_p
 def test_a_configured_key_comes_from_its_environment_variable(monkeypatch):
     from pydantic import SecretStr
 
-    from rmsweb_kedro.serving import ServerConfig, VLLMServer
+    from rmsweb_kedro.models.serving import ServerConfig, VLLMServer
 
     monkeypatch.setenv("RMSWEB_TEST_KEY", "sk-from-the-environment")
     server = VLLMServer(ServerConfig(base_url="http://127.0.0.1:1/v1", api_key_env="RMSWEB_TEST_KEY"))
@@ -161,8 +161,8 @@ def test_a_managed_server_is_asked_for_in_one_place(tmp_path):
     from pydantic import ValidationError
 
     from rmsweb_kedro.agents.factory import PolicySpec, build_policy
-    from rmsweb_kedro.evaluation import EvaluateParams
-    from rmsweb_kedro.serving import serve_checkpoint
+    from rmsweb_kedro.measures.evaluation import EvaluateParams
+    from rmsweb_kedro.models.serving import serve_checkpoint
 
     server = {"python": "/usr/bin/python3"}
     with pytest.raises(ValidationError, match="needs kind: openai and no endpoint"):

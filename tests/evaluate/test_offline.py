@@ -6,10 +6,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rmsweb_kedro.evaluation import OFFLINE_PREDICTION_SCHEMA, offline_metrics, step_kind
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+from rmsweb_kedro.measures.evaluation import OFFLINE_PREDICTION_SCHEMA, offline_metrics, step_kind
+from rmsweb_kedro.measures.scoring import score_step
 from rmsweb_kedro.pipelines.evaluate import nodes
-from rmsweb_kedro.schema import STATE_SCHEMA
-from rmsweb_kedro.scoring import score_step
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_every_chosen_state_is_replied_to_and_scored(tiny_checkpoint, tiny_state
     for row in predictions.iter_rows(named=True):
         assert row | score_step(row["reference_action"], row["reply"]).row() == row
 
-    from rmsweb_kedro.modeling import LoadedModel, load_model
+    from rmsweb_kedro.models.modeling import LoadedModel, load_model
 
     loaded = LoadedModel(*load_model({"path": str(tiny_checkpoint)}))  # as the checkpoint dataset loads it
     again = nodes.predict_offline(states, loaded, params, model_name="sft")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
+from rmsweb_kedro.agents.reference import ReferenceAgent
 from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.evaluation import EPISODE_SCHEMA
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import tasks_to_frame
+from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA
 from rmsweb_kedro.pipelines.evaluate import nodes
-from rmsweb_kedro.schema import tasks_to_frame
-from rmsweb_kedro.web.sandbox.solve import ReferenceAgent
 from tests.fixtures_web import chromium_available
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

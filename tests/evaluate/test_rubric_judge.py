@@ -8,16 +8,16 @@ import json
 import pytest
 from PIL import Image
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
-from rmsweb_kedro.agents.rubric_judge import (
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.contracts.schema import Step
+from rmsweb_kedro.judges.rubric import (
     PROMPT_VERSION,
     RubricJudge,
     RubricReplyError,
     parse_rubric_reply,
     score_rubric,
 )
-from rmsweb_kedro.schema import Step
+from rmsweb_kedro.models.endpoint import ChatEndpoint, EndpointConfig
 from rmsweb_kedro.tasks.benchmarks.loaders import load_webtailbench
 from tests.evaluate.conftest import FIXTURES
 

@@ -1,4 +1,4 @@
-"""The Online-Mind2Web submission folder against its contract (``tasks/benchmarks/submission.py``, written down from
+"""The Online-Mind2Web submission folder against its contract (``episodes/submission.py``, written down from
 the benchmark's README, example folder and reader): only Online-Mind2Web tasks, factual actions only, the start page
 and the page after every action with the final state, no copies, keys and types in the reader's order; v1 and v2."""
 
@@ -9,14 +9,9 @@ import json
 import pytest
 from PIL import Image
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.schema import Step, Task, Trajectory
-from rmsweb_kedro.tasks.benchmarks.submission import (
-    END_ACTION,
-    V2_SCHEMA_VERSION,
-    read_submission,
-    write_submission,
-)
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.contracts.schema import Step, Task, Trajectory
+from rmsweb_kedro.episodes.submission import END_ACTION, V2_SCHEMA_VERSION, read_submission, write_submission
 
 TASK = Task(
     id="fb7b4f784cfde003e2548fdf4e8d6b4f", source="online_mind2web", site="discogs",

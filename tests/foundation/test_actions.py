@@ -5,7 +5,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from rmsweb_kedro.actions import (
+from rmsweb_kedro.contracts.actions import (
     ACTION_SPACE,
     ARGUMENT_FIELD,
     TARGETED,
@@ -267,7 +267,7 @@ STUDENT_ACTION_SPACE_TEXT = (
 
 
 def test_student_action_space_text_is_pinned():
-    from rmsweb_kedro.prompts import action_space_text
+    from rmsweb_kedro.contracts.prompts import action_space_text
 
     assert action_space_text() == STUDENT_ACTION_SPACE_TEXT
 
@@ -280,7 +280,7 @@ def _calls(prompt: str) -> dict[str, str]:
 @pytest.mark.parametrize("prompt", ["student", "teacher"])
 def test_prompt_texts_name_every_action_with_its_arguments(prompt):
     from rmsweb_kedro.agents.openai_roles import TEACHER_SYSTEM
-    from rmsweb_kedro.prompts import action_space_text
+    from rmsweb_kedro.contracts.prompts import action_space_text
 
     text = action_space_text() if prompt == "student" else TEACHER_SYSTEM
     calls = _calls(text)

@@ -13,7 +13,7 @@ import pytest
 
 from rmsweb_kedro import pipelines as pipelines_package
 from rmsweb_kedro.pipeline_registry import RECIPE, register_pipelines
-from rmsweb_kedro.tracking import step_prefix
+from rmsweb_kedro.runs.tracking import step_prefix
 
 PIPELINES = Path(next(iter(pipelines_package.__path__)))
 PACKAGES = sorted(p.name for p in PIPELINES.iterdir() if (p / "__init__.py").is_file())

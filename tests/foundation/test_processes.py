@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 
 import rmsweb_kedro
-from rmsweb_kedro import processes
+from rmsweb_kedro.models import processes
 
 
 def alive(pid: int) -> bool:
@@ -61,7 +61,7 @@ def test_a_stopped_group_leaves_no_member_not_even_one_that_ignores_sigterm(tmp_
 SCRIPT = textwrap.dedent(
     """
     import subprocess, sys
-    from rmsweb_kedro import processes
+    from rmsweb_kedro.models import processes
 
     processes.handle_signals()
     server = subprocess.Popen(["sleep", "300"], start_new_session=True)

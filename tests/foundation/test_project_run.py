@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from nbclient import NotebookClient
 
-from rmsweb_kedro.schema import QUARANTINE_SCHEMA, STEP_SCHEMA, TRAJECTORY_SCHEMA
+from rmsweb_kedro.contracts.schema import QUARANTINE_SCHEMA, STEP_SCHEMA, TRAJECTORY_SCHEMA
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLES = PROJECT / "data" / "01_raw" / "examples" / "trajectories"

@@ -7,8 +7,8 @@ import pytest
 from kedro_datasets.polars import EagerPolarsDataset
 from pydantic import ValidationError
 
-from rmsweb_kedro.actions import Action
-from rmsweb_kedro.schema import (
+from rmsweb_kedro.contracts.actions import Action
+from rmsweb_kedro.contracts.schema import (
     QUARANTINE_SCHEMA,
     STATE_SCHEMA,
     STEP_SCHEMA,

@@ -1,7 +1,7 @@
 """A signalled ``kedro run`` leaves no process behind: a real ``kedro run`` (a subprocess, in a copy of the project)
 whose mining node has started a managed vLLM server (vLLM's CPU build, ``scripts/vllm_env.sh``), or whose collect
 node drives Chromium, is sent SIGTERM (what a scheduler sends) or SIGINT, as a process alone, not its group; then no
-process of the run is left (processes.py, hooks.ShutdownHooks). Before, the server, in a process group of its own,
+process of the run is left (models/processes.py, hooks.ShutdownHooks). Before, the server, in a process group of its own,
 was stopped only by ``finally`` and ``atexit``, which a SIGTERM skips."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def make_project(project: Path) -> Path:
     """A copy of the project's configuration with SFT's outputs that mining reads: 8 toy states (train 6, probe 2)
     and a LoRA sft_model of head_dim 32 (what vLLM's CPU attention takes), served by the node on vLLM's CPU build.
     Returns the checkpoint directory."""
-    from rmsweb_kedro.modeling import save_checkpoint
-    from rmsweb_kedro.schema import STATE_SCHEMA
+    from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+    from rmsweb_kedro.models.modeling import save_checkpoint
     from tests.salvage_ds.conftest import lora_tiny
     from tests.salvage_ds.test_served import server_config
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kedro.io import AbstractDataset
 
-from rmsweb_kedro.ingest import IngestAccountingError
+from rmsweb_kedro.contracts.schema import QUARANTINE_SCHEMA, STEP_SCHEMA, TRAJECTORY_SCHEMA
 from rmsweb_kedro.pipelines.trajectories.nodes import (
     plot_shortening,
     report_ingest,
@@ -17,7 +17,7 @@ from rmsweb_kedro.pipelines.trajectories.nodes import (
     shorten_trajectories,
     validate_trajectories,
 )
-from rmsweb_kedro.schema import QUARANTINE_SCHEMA, STEP_SCHEMA, TRAJECTORY_SCHEMA
+from rmsweb_kedro.trajectories.ingest import IngestAccountingError
 
 PROJECT = Path(__file__).resolve().parents[2]
 CONF = PROJECT / "conf" / "base"

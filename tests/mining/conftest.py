@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rmsweb_kedro.schema import STATE_SCHEMA, Task
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA, Task
 
 SITES = ("shop", "flights", "recipes")
 WEAK_SITE = "recipes"
@@ -32,9 +32,10 @@ def mining_tasks(sandbox_task_list: list[Task]) -> list[Task]:
 
 @pytest.fixture(scope="session")
 def reference_states(browser_config, sandbox_server, mining_tasks: list[Task]) -> pl.DataFrame:
-    from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
-    from rmsweb_kedro.episodes import run_episode
-    from rmsweb_kedro.mining import state_row
+    from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
+    from rmsweb_kedro.episodes.episode import run_episode
+    from rmsweb_kedro.judges.sandbox import SandboxJudge
+    from rmsweb_kedro.measures.mining import state_row
     from rmsweb_kedro.web.browser import BrowserEnv
     from tests.fixtures_web import chromium_available
 
@@ -57,8 +58,8 @@ def reference_states(browser_config, sandbox_server, mining_tasks: list[Task]) -
 @pytest.fixture(scope="session")
 def weak_policy_dir(reference_states: pl.DataFrame, tmp_path_factory) -> Path:
     """Short SFT of a fresh tiny model on every site but WEAK_SITE (the tokenizer sees all text)."""
-    from rmsweb_kedro.modeling import build_tiny_model, save_checkpoint
-    from rmsweb_kedro.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages
+    from rmsweb_kedro.models.modeling import build_tiny_model, save_checkpoint
     from rmsweb_kedro.training.loop import LoopConfig
     from rmsweb_kedro.training.sft import SFTConfig, run_sft
 

@@ -7,7 +7,7 @@ import random
 import polars as pl
 import pytest
 
-from rmsweb_kedro.mining import (
+from rmsweb_kedro.measures.mining import (
     CRITICAL_STATE_SCHEMA,
     FailureMode,
     corpus_states,
@@ -15,13 +15,13 @@ from rmsweb_kedro.mining import (
     failure_mode_table,
     origin_report,
 )
+from rmsweb_kedro.measures.probing import MiningParams, draw_rollout_tasks, task_origins
 from rmsweb_kedro.pipelines.mining.nodes import (
     plot_failure_modes,
     prepare_corpus,
     report_mining,
     select_critical_states,
 )
-from rmsweb_kedro.probing import MiningParams, draw_rollout_tasks, task_origins
 from tests.mining.test_selection import frame, state
 
 PARAMS = {"competence_threshold": 0.5, "ballast_share": 0.0, "dedup": True}

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 import yaml
 
-from rmsweb_kedro.mining import CRITICAL_STATE_SCHEMA, FailureMode
-from rmsweb_kedro.schema import STATE_SCHEMA
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+from rmsweb_kedro.measures.mining import CRITICAL_STATE_SCHEMA, FailureMode
 
 CATALOG = Path(__file__).parents[2] / "conf" / "base" / "catalog_mining.yml"
 K = 2
@@ -23,7 +23,7 @@ def mining_run(tmp_path_factory, tiny_states, tiny_checkpoint):
     from kedro.io import DataCatalog, MemoryDataset
     from kedro.runner import SequentialRunner
 
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.pipelines.mining.pipeline import create_pipeline
 
     root = tmp_path_factory.mktemp("mining_run")
@@ -116,7 +116,7 @@ def test_parameters_carry_the_shared_values_and_compose_the_scoring_config():
     them), the scoring block is scoring.ScoringConfig seeded by the stage unless it names a seed, and k >= 1."""
     from kedro.config import OmegaConfigLoader
 
-    from rmsweb_kedro.probing import MiningParams
+    from rmsweb_kedro.measures.probing import MiningParams
     from rmsweb_kedro.settings import CONFIG_LOADER_ARGS
 
     conf = Path(__file__).parents[2] / "conf"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rmsweb_kedro.mining import FailureMode
-from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.contracts.schema import tasks_to_frame
+from rmsweb_kedro.measures.mining import FailureMode
 from tests.mining.conftest import WEAK_SITE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -17,7 +17,7 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
     """An untrained policy rolled out in the sandbox fails; its first divergence from the reference becomes a
     probed STATE row carrying the reference action and the screenshot of its page, kept under the mining folder.
     Of the six tasks with references, the one of the probe pool (held out of SFT) is the one rolled out on."""
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.pipelines.mining.nodes import probe_online
 
     monkeypatch.chdir(tmp_path)  # no image_root: the row's screenshot is relative to the working directory
@@ -61,7 +61,7 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
 def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
     """The weak site's states are the probe pool: held out of SFT, as sft_data holds out probe_fraction of the
     tasks. Mining singles them out, and the report says the critical states came from there."""
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.pipelines.mining.nodes import (
         prepare_corpus,
         probe_offline,
@@ -106,9 +106,9 @@ def test_online_state_shows_its_screenshot_to_the_model(
     from PIL import Image
 
     from rmsweb_kedro.agents.hf_policy import sample_replies
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages, image_paths
+    from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.pipelines.mining.nodes import probe_online
-    from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths
     from tests.fixtures_model import draw_screenshot
 
     (tmp_path / "raw").mkdir()

@@ -3,8 +3,9 @@
 import polars as pl
 import pytest
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.mining import (
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA, Step
+from rmsweb_kedro.measures.mining import (
     concentration,
     deduplicate_states,
     first_divergence,
@@ -12,7 +13,6 @@ from rmsweb_kedro.mining import (
     reference_index,
     select_states,
 )
-from rmsweb_kedro.schema import STATE_SCHEMA, Step
 
 
 def state(i, instruction="buy a scarf", previous=(), axtree="[1] button 'Go'", action="click(1)", **extra):
@@ -139,8 +139,8 @@ def test_reference_index_names_a_bad_record():
 
 
 def test_divergence_states_from_rollouts():
-    from rmsweb_kedro.mining import divergence_states
-    from rmsweb_kedro.schema import Task, Trajectory
+    from rmsweb_kedro.contracts.schema import Task, Trajectory
+    from rmsweb_kedro.measures.mining import divergence_states
 
     task = Task(
         id="task0", source="sandbox", site="shop", start_url="http://h/shop", instruction="buy a scarf"
@@ -181,7 +181,7 @@ def test_divergence_states_from_rollouts():
 
 
 def test_unseen_states():
-    from rmsweb_kedro.mining import unseen_states
+    from rmsweb_kedro.measures.mining import unseen_states
 
     known = frame([state(0), state(1, previous=["click(2)"])])
     states = frame([state(5), state(6, previous=["click(2)", "click(3)"]), state(7, axtree="other")])

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.mining import FailureMode, Sample, classify_failure, parse_history, score_state
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.measures.mining import FailureMode, Sample, classify_failure, parse_history, score_state
 
 A = parse_action
 

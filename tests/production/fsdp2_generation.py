@@ -14,8 +14,8 @@ def main() -> None:
     import polars as pl
 
     from rmsweb_kedro.agents.hf_policy import sample_replies
-    from rmsweb_kedro.modeling import load_model
-    from rmsweb_kedro.prompts import PromptConfig
+    from rmsweb_kedro.contracts.prompts import PromptConfig
+    from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.training.launch import read_job
     from rmsweb_kedro.training.loop import LoopConfig, make_accelerator, train_loop
     from rmsweb_kedro.training.sft import SFTCollator, sft_loss

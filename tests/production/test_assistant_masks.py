@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from rmsweb_kedro.modeling import load_model, load_processor
-from rmsweb_kedro.prompts import PromptConfig, build_messages
+from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages
+from rmsweb_kedro.models.modeling import load_model, load_processor
 from rmsweb_kedro.training.sft import IGNORE_INDEX, SFTCollator, SFTConfig, assistant_token_mask, run_sft
 
 SCREENSHOTS = PromptConfig(observation=["screenshot", "axtree"])

@@ -2,7 +2,7 @@
 
 import torch
 
-from rmsweb_kedro.modeling import load_model, place_model, resolve_device, resolve_dtype
+from rmsweb_kedro.models.modeling import load_model, place_model, resolve_device, resolve_dtype
 
 
 def test_auto_is_the_accelerators_device_and_bf16_only_there():
@@ -25,7 +25,7 @@ def test_load_model_places_and_casts_where_it_is_told(tiny_checkpoint):
 
 
 def test_a_lora_policy_is_saved_as_base_plus_adapter_and_loads_back_trainable(tmp_path, released_checkpoint):
-    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.models.modeling import save_checkpoint
 
     model, processor = load_model({"path": str(released_checkpoint), "lora": {"r": 4, "dropout": 0.0}})
     with torch.no_grad():  # move the adapter away from its zero init, so it changes the outputs

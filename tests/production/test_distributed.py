@@ -20,8 +20,8 @@ import subprocess
 
 import pytest
 
-from rmsweb_kedro.modeling import load_model
-from rmsweb_kedro.prompts import PromptConfig
+from rmsweb_kedro.contracts.prompts import PromptConfig
+from rmsweb_kedro.models.modeling import load_model
 from rmsweb_kedro.training.launch import launch_command, run_launched
 from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import SalvageDSJob, SalvageDSParams, train_salvage_ds
@@ -174,7 +174,7 @@ def test_two_processes_train_packed_sft_like_one_padded(
     per-step losses, label counts and gradient norms (the same tolerance: the paths differ in summation order only;
     tests/sft/test_packing.py compares the gradients of one batch tensor by tensor). Under FSDP2 they are packed to
     a token budget (``loop.micro_batch_tokens``), as many on both processes (each forward gathers the shards)."""
-    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.models.modeling import save_checkpoint
     from rmsweb_kedro.training.loop import _micro_batches, split_by_tokens
 
     states, steps = screenshot_states[:12], 2

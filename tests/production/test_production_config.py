@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.contracts.schema import tasks_from_frame, tasks_to_frame
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, CONFIG_LOADER_CLASS
 from rmsweb_kedro.tasks.sources import TasksParams, assemble
 
@@ -38,7 +38,7 @@ def test_production_collects_on_train_and_evaluates_on_held_out_sites(tmp_path):
     tasks = TasksParams.model_validate(params["tasks"])
     assert tasks.split.by == "site" and tasks.sources == ["proposer"]
     # a proposer's file of 40 tasks on 20 sites: no site has tasks in both collection's and evaluation's splits
-    from rmsweb_kedro.schema import Task
+    from rmsweb_kedro.contracts.schema import Task
 
     proposed = [Task(id=f"t{i}", source="proposed", site=f"site{i % 20}.example",
                      start_url=f"https://site{i % 20}.example/", instruction=f"task {i}") for i in range(40)]  # fmt: skip
@@ -65,7 +65,7 @@ def test_every_decoding_stage_has_room_for_a_thought():
 
 
 def test_production_judges_read_free_text_answers_and_live_may_leave_the_start_site():
-    from rmsweb_kedro.agents.factory import JudgeSpecConfig
+    from rmsweb_kedro.judges.choice import JudgeSpecConfig
     from rmsweb_kedro.web.browser import BrowserConfig
 
     params = parameters(CONF, "production")
@@ -79,7 +79,7 @@ def test_production_judges_read_free_text_answers_and_live_may_leave_the_start_s
 
 
 def test_resume_continues_only_the_same_data_and_job(tmp_path, tiny_checkpoint, tiny_states):
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.training.loop import train_loop
     from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, sft_loss
 

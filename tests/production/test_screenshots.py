@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from rmsweb_kedro.modeling import load_model
-from rmsweb_kedro.prompts import PromptConfig
+from rmsweb_kedro.contracts.prompts import PromptConfig
+from rmsweb_kedro.models.modeling import load_model
 from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import (
     SalvageDSParams,
@@ -125,8 +125,8 @@ def test_evaluate_online_shows_the_page_screenshot_to_the_model(released_checkpo
     """evaluate's online stage in the real sandbox and Chromium, one decision on a task's first page, with the
     screenshot and the tree, then with the tree alone: the screenshot adds exactly the 1280x800 page's 1,000 visual
     tokens (80 x 50 patches of 16 pixels merged 2x2) and its vision start/end marks to the policy's prompt."""
+    from rmsweb_kedro.contracts.schema import tasks_to_frame
     from rmsweb_kedro.pipelines.evaluate.nodes import run_online
-    from rmsweb_kedro.schema import tasks_to_frame
 
     task = min((t for t in sandbox_task_list if t.split == "test"), key=lambda t: t.id)
     model = load_model({"path": str(released_checkpoint)})

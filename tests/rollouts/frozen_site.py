@@ -11,10 +11,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.rollouts import EpisodeSpec, Roles
-from rmsweb_kedro.schema import Task, Usage, Verdict
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import Task, Usage, Verdict
+from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles
 from rmsweb_kedro.web.browser import process_tree
 
 PAGES = {

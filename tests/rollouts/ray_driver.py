@@ -28,9 +28,10 @@ import threading
 import time
 from pathlib import Path
 
-from rmsweb_kedro import rollouts
-from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.rollouts import EpisodeSpec, Journal, Roles, RolloutConfig, run_rollouts
+from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
+from rmsweb_kedro.episodes import rollouts
+from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Journal, Roles, RolloutConfig, run_rollouts
+from rmsweb_kedro.judges.sandbox import SandboxJudge
 from rmsweb_kedro.web.sandbox import SandboxParams, generate_tasks
 from tests.rollouts import frozen_site
 

@@ -11,10 +11,17 @@ import time
 
 import pytest
 
-from rmsweb_kedro import rollouts
-from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.rollouts import EpisodeSettings, Journal, Roles, RolloutConfig, hard_limit_s, run_rollouts
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.episodes import rollouts
+from rmsweb_kedro.episodes.rollouts import (
+    EpisodeSettings,
+    Journal,
+    Roles,
+    RolloutConfig,
+    hard_limit_s,
+    run_rollouts,
+)
 from tests.fixtures_web import chromium_available
 from tests.rollouts.frozen_site import Scroller, Site, chromium_descendants, episodes, roles, title_judge
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsweb_kedro.rollouts import Journal, run_rollouts
+from rmsweb_kedro.episodes.rollouts import Journal, run_rollouts
 from tests.fixtures_web import chromium_available
 from tests.rollouts.ray_driver import FINGERPRINT, episodes, roles
 

@@ -12,12 +12,11 @@ import polars as pl
 import pytest
 import yaml
 
-from rmsweb_kedro.actions import Action, ActionType
-from rmsweb_kedro.agents.scripted import SandboxJudge, ScriptedTeacher, TeacherImperfections
-from rmsweb_kedro.evaluation import EPISODE_SCHEMA
-from rmsweb_kedro.pipelines.live.nodes import LIVE_RESULT_SCHEMA_EXTRA, LiveParams, summarize_live
-from rmsweb_kedro.rollouts import (
-    CriticalPoints,
+from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import Element, Observation, trajectory_row
+from rmsweb_kedro.episodes.critical import CriticalPoints
+from rmsweb_kedro.episodes.rollouts import (
     EpisodeSettings,
     EpisodeSpec,
     Journal,
@@ -26,7 +25,9 @@ from rmsweb_kedro.rollouts import (
     RolloutError,
     run_rollouts,
 )
-from rmsweb_kedro.schema import Element, Observation, trajectory_row
+from rmsweb_kedro.judges.sandbox import SandboxJudge
+from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA
+from rmsweb_kedro.pipelines.live.nodes import LIVE_RESULT_SCHEMA_EXTRA, LiveParams, summarize_live
 from tests.fixtures_web import chromium_available
 
 REPO = Path(__file__).resolve().parents[2]

@@ -128,8 +128,8 @@ def fine_tuned_tiny(head_dim: int = 16):
     toy states, so it writes actions and gets some right: the starting point Salvage-DS expects."""
     import torch
 
-    from rmsweb_kedro.modeling import build_tiny_model
-    from rmsweb_kedro.prompts import PromptConfig, reference_reply
+    from rmsweb_kedro.contracts.prompts import PromptConfig, reference_reply
+    from rmsweb_kedro.models.modeling import build_tiny_model
     from rmsweb_kedro.training.salvage_ds import prepare_states
 
     states = make_states(8)
@@ -159,7 +159,7 @@ def lora_tiny():
     """(LoRA model, processor, states, prompt config): :func:`fine_tuned_tiny` with head_dim 32 (what vLLM's CPU
     attention takes), then a fresh rank-8 LoRA adapter (dropout 0) on top: the policy the served sampler's tests
     and benchmarks/salvage_ds_throughput.py train."""
-    from rmsweb_kedro.modeling import LoraSettings, add_lora
+    from rmsweb_kedro.models.modeling import LoraSettings, add_lora
 
     model, processor, states, prompt = fine_tuned_tiny(head_dim=32)
     return add_lora(model, LoraSettings(r=8, alpha=16, dropout=0.0)), processor, states, prompt

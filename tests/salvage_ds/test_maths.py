@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rmsweb_kedro.actions import parse_action
+from rmsweb_kedro.contracts.actions import parse_action
 from rmsweb_kedro.training.salvage_ds import (
     GroupStats,
     SalvageDSParams,

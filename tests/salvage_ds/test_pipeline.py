@@ -7,9 +7,9 @@ import copy
 import polars as pl
 import pytest
 
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA, reference_set
 from rmsweb_kedro.pipelines.salvage_ds.nodes import plot_salvage_ds_metrics, split_by_task, train_rmsweb_model
 from rmsweb_kedro.pipelines.salvage_ds.pipeline import create_pipeline
-from rmsweb_kedro.schema import STATE_SCHEMA, reference_set
 from tests.salvage_ds.conftest import make_states
 
 
@@ -95,7 +95,7 @@ def test_the_launched_job_loads_the_policy_with_every_launch_load_field(tmp_path
     the node saved with the base still trainable; the fields the stage sets itself are refused by name."""
     import torch
 
-    from rmsweb_kedro.modeling import load_model, save_checkpoint
+    from rmsweb_kedro.models.modeling import load_model, save_checkpoint
     from rmsweb_kedro.pipelines.salvage_ds.nodes import SalvageDSNodeParams, launch_job
     from rmsweb_kedro.training.launch import load_job_model
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 from pydantic import SecretStr
 
-from rmsweb_kedro import processes
-from rmsweb_kedro.serving import ServerConfig, ServerError, _request
+from rmsweb_kedro.models import processes
+from rmsweb_kedro.models.serving import ServerConfig, ServerError, _request
 from rmsweb_kedro.training.salvage_ds import (
     HFSampler,
     SalvageDSParams,
@@ -65,7 +65,7 @@ def server_config(**changes) -> ServerConfig:
 def saved_and_loaded(directory: Path):
     """:func:`lora_tiny` saved as the stages save a LoRA policy (modeling.save_checkpoint: base + ``adapter/``) and
     loaded back (modeling.load_model), as the salvage_ds node gets ``sft_model``."""
-    from rmsweb_kedro.modeling import load_model, save_checkpoint
+    from rmsweb_kedro.models.modeling import load_model, save_checkpoint
 
     model, processor, states, prompt = lora_tiny()
     save_checkpoint(model, processor, directory)
@@ -259,7 +259,7 @@ def test_two_processes_sample_from_the_main_processs_server(
     served run's (same global batch: 2 states, one a process) within 1e-3 (the runs differ in summation order and
     in the seeds of the near-greedy sampling, as the one-process served and hf runs do). The job is the node's
     (``launch_job``), with its load config (``launch_load``: eager attention, float32)."""
-    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.models.modeling import save_checkpoint
     from rmsweb_kedro.pipelines.salvage_ds.nodes import SalvageDSNodeParams, launch_job
     from rmsweb_kedro.training.launch import run_launched
 
@@ -412,7 +412,7 @@ def test_the_server_serves_the_checkpoints_base_in_place_at_every_start(policy, 
     (a resumed run's) writes no copy of them (before: a whole copy at every start, ~16 GB at 8B), the checkpoint's
     files are untouched (same inodes, sizes and times), it samples, and it has a fresh key of its own. Stopped, its
     process group is gone and no longer registered."""
-    from rmsweb_kedro.serving import checkpoint_directory
+    from rmsweb_kedro.models.serving import checkpoint_directory
 
     model, processor, states, prompt = policy
     checkpoint = checkpoint_directory(model)
@@ -445,7 +445,7 @@ def test_the_server_serves_the_checkpoints_base_in_place_at_every_start(policy, 
 def test_base_directory_is_the_loaded_checkpoint_only_while_the_weights_are_its(policy):
     import copy
 
-    from rmsweb_kedro.serving import base_directory, checkpoint_directory
+    from rmsweb_kedro.models.serving import base_directory, checkpoint_directory
 
     model, *_ = policy
     assert base_directory(model) == checkpoint_directory(model) is not None

@@ -80,7 +80,7 @@ def test_sampling_between_updates_samples_the_policy_itself(sft_tiny):
     new token a forward (transformers 5.17 dropped the KV cache of checkpointed layers in training mode), and the
     model is left training."""
     from rmsweb_kedro.agents.hf_policy import sample_replies
-    from rmsweb_kedro.modeling import LoraSettings, add_lora
+    from rmsweb_kedro.models.modeling import LoraSettings, add_lora
 
     model, processor, states, prompt = sft_tiny
     torch.manual_seed(0)

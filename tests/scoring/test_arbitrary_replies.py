@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from rmsweb_kedro.actions import MAX_REPLY_CHARS, ActionParseError, parse_action, parse_reply
 from rmsweb_kedro.agents.factory import build_policy
-from rmsweb_kedro.scoring import ScoringConfig, score_states
+from rmsweb_kedro.contracts.actions import MAX_REPLY_CHARS, ActionParseError, parse_action, parse_reply
+from rmsweb_kedro.measures.scoring import ScoringConfig, score_states
 from tests.collect.local_openai_server import LocalChatServer
 
 LONE_SURROGATE = 'Action: type(1, "caf\udcff")'  # what json.loads makes of a "\udcff" escape

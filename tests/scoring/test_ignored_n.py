@@ -16,8 +16,8 @@ import urllib.request
 import pytest
 
 from rmsweb_kedro.agents.factory import build_policy
-from rmsweb_kedro.scoring import ScoringConfig, rates, score_states
-from rmsweb_kedro.serving import free_port
+from rmsweb_kedro.measures.scoring import ScoringConfig, rates, score_states
+from rmsweb_kedro.models.serving import free_port
 from tests.collect.local_openai_server import LocalChatServer
 
 pytestmark = pytest.mark.slow

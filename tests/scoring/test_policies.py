@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from rmsweb_kedro.agents.factory import build_policy
-from rmsweb_kedro.scoring import SCORED_SCHEMA, ScoringConfig, rates, score_states
+from rmsweb_kedro.measures.scoring import SCORED_SCHEMA, ScoringConfig, rates, score_states
 from tests.collect.local_openai_server import LocalChatServer
 
 pytestmark = pytest.mark.slow
@@ -116,7 +116,7 @@ def test_scored_table_round_trips_through_parquet(served, tiny_checkpoint, tiny_
 
 def test_a_policy_acts_as_agent_and_as_teacher_in_either_kind(served, tiny_checkpoint, tiny_states):
     from rmsweb_kedro.agents.factory import teacher_factory
-    from rmsweb_kedro.schema import Observation, Task
+    from rmsweb_kedro.contracts.schema import Observation, Task
 
     state = tiny_states[0]
     task = Task(id="t", source="user", site="shop", start_url=state["url"], instruction=state["instruction"])

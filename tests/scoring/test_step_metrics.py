@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmsweb_kedro.scoring import score_step, step_metrics
+from rmsweb_kedro.measures.scoring import score_step, step_metrics
 
 
 @pytest.mark.parametrize(

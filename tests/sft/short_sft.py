@@ -1,4 +1,4 @@
-"""A short SFT in a process of its own, so the kernel pins (numerics.py) and torch's threads are read at its start:
+"""A short SFT in a process of its own, so the kernel pins (models/numerics.py) and torch's threads are read at its start:
 ``python -m tests.sft.short_sft CHECKPOINT OUTPUT_DIR [THREADS]`` trains 4 steps of the embedded default's
 settings (``mixed_precision: auto``, observation tokens in the loss, reply weight 4) on the test fixtures' states,
 saves the checkpoint and prints ``RESULT {"sha256": ..., "capability": ...}``."""
@@ -10,8 +10,8 @@ import sys
 def main(checkpoint: str, output_dir: str, threads: int | None = None) -> None:
     import torch
 
-    from rmsweb_kedro.modeling import load_model, save_checkpoint
-    from rmsweb_kedro.provenance import directory_sha256
+    from rmsweb_kedro.models.modeling import load_model, save_checkpoint
+    from rmsweb_kedro.runs.provenance import directory_sha256
     from rmsweb_kedro.training.sft import SFTConfig, run_sft
     from tests.fixtures_model import make_states
 

@@ -3,10 +3,10 @@
 import polars as pl
 import pytest
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.augmentation import augment_states, copied_argument, same_shape, swap_argument
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA
 from rmsweb_kedro.pipelines.sft.nodes import augment_train_states
-from rmsweb_kedro.schema import STATE_SCHEMA
+from rmsweb_kedro.trajectories.augmentation import augment_states, copied_argument, same_shape, swap_argument
 from tests.fixtures_model import make_states
 
 

@@ -2,14 +2,14 @@
 
 import pytest
 
-from rmsweb_kedro.actions import format_reply, parse_action
-from rmsweb_kedro.prompts import PromptConfig, build_messages, cut_axtree
+from rmsweb_kedro.contracts.actions import format_reply, parse_action
+from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages, cut_axtree
 from rmsweb_kedro.training.sft import IGNORE_INDEX, SFTCollator
 
 
 @pytest.fixture(scope="module")
 def processor(tiny_checkpoint):
-    from rmsweb_kedro.modeling import load_processor
+    from rmsweb_kedro.models.modeling import load_processor
 
     return load_processor(tiny_checkpoint)
 
@@ -52,7 +52,7 @@ def test_reply_weight_weighs_exactly_the_reply_and_the_loss_is_the_weighted_mean
     import torch
     import torch.nn.functional as F
 
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.training.sft import sft_loss
 
     states = [tiny_states[0], tiny_states[4]]

@@ -1,4 +1,4 @@
-"""The default's numerics on the CPU (numerics.py): ``mixed_precision`` takes what users type, ``auto`` is fp32 on
+"""The default's numerics on the CPU (models/numerics.py): ``mixed_precision`` takes what users type, ``auto`` is fp32 on
 a CPU, the run manifest records the choice, and a short SFT saves the same checkpoint bytes with the project's
 kernels as with an AVX2 machine's (stood in for by capping ATen, oneDNN and MKL at AVX2) and on 1 or 2 threads."""
 
@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rmsweb_kedro.numerics import PORTABLE_KERNELS, normalise_mixed_precision, resolve_mixed_precision
-from rmsweb_kedro.provenance import cpu_model
+from rmsweb_kedro.models.numerics import (
+    PORTABLE_KERNELS,
+    cpu_model,
+    normalise_mixed_precision,
+    resolve_mixed_precision,
+)
 from rmsweb_kedro.training.loop import LoopConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +50,7 @@ def test_no_on_the_command_line_turns_autocast_off():
 
 
 def test_auto_is_fp32_on_the_cpu_and_the_manifest_says_so():
-    from rmsweb_kedro.provenance import hardware
+    from rmsweb_kedro.runs.provenance import hardware
 
     assert resolve_mixed_precision("auto") == "no"  # this suite runs without an accelerator
     numerics = hardware()["numerics"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rmsweb_kedro.modeling import load_model, packed_attention, rope_index
-from rmsweb_kedro.prompts import PromptConfig
+from rmsweb_kedro.contracts.prompts import PromptConfig
+from rmsweb_kedro.models.modeling import load_model, packed_attention, rope_index
 from rmsweb_kedro.training.loop import split_by_tokens
 from rmsweb_kedro.training.sft import IGNORE_INDEX, SFTCollator, pack_batch, sft_loss
 

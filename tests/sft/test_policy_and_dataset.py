@@ -2,13 +2,13 @@
 
 import torch
 
-from rmsweb_kedro.actions import ActionParseError, parse_reply
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.agents.hf_policy import HFPolicy
+from rmsweb_kedro.contracts.actions import ActionParseError, parse_reply
+from rmsweb_kedro.contracts.prompts import build_messages, render_prompt
+from rmsweb_kedro.contracts.schema import Observation, Task
 from rmsweb_kedro.datasets.checkpoint import CheckpointDataset
-from rmsweb_kedro.modeling import load_model
-from rmsweb_kedro.prompts import build_messages, render_prompt
-from rmsweb_kedro.schema import Observation, Task
+from rmsweb_kedro.models.modeling import load_model
 
 
 def test_sample_returns_n_replies_with_the_models_logprobs(tiny_checkpoint, tiny_states):

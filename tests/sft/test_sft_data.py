@@ -6,9 +6,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rmsweb_kedro.actions import parse_action
-from rmsweb_kedro.pipelines.sft_data.nodes import build_states, describe_states, split_by_task
-from rmsweb_kedro.schema import (
+from rmsweb_kedro.contracts.actions import parse_action
+from rmsweb_kedro.contracts.schema import (
     STATE_SCHEMA,
     STEP_SCHEMA,
     TRAJECTORY_SCHEMA,
@@ -17,7 +16,8 @@ from rmsweb_kedro.schema import (
     step_row,
     trajectory_row,
 )
-from rmsweb_kedro.states import split_by_task as states_split_by_task
+from rmsweb_kedro.pipelines.sft_data.nodes import build_states, describe_states, split_by_task
+from rmsweb_kedro.trajectories.states import split_by_task as states_split_by_task
 
 
 def _trajectory(task: str, attempt: int, success: bool, actions: list[str]) -> Trajectory:

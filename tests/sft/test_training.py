@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import pytest
 import torch
 
-from rmsweb_kedro.modeling import load_model, save_checkpoint
+from rmsweb_kedro.models.modeling import load_model, save_checkpoint
 from rmsweb_kedro.training.launch import launch_command
 from rmsweb_kedro.training.loop import evaluate, make_accelerator
 from rmsweb_kedro.training.sft import SFTCollator, SFTConfig, run_sft, sft_loss
@@ -55,7 +55,7 @@ class _Interrupt(Exception):
 def test_interrupted_run_resumes_with_step_and_history(tmp_path, tiny_checkpoint, tiny_states, budget):
     """With a token budget (``loop.micro_batch_tokens``, packed) a step's 4 samples (177-213 tokens) are re-split
     into micro-batches of 1-2 samples; the resumed run continues with the same micro-batches."""
-    from rmsweb_kedro.modeling import packed_attention, rope_index
+    from rmsweb_kedro.models.modeling import packed_attention, rope_index
     from rmsweb_kedro.training.loop import train_loop
 
     seen: dict[str, list[int]] = {"reference": [], "interrupted": []}
@@ -112,7 +112,7 @@ def test_interrupted_run_resumes_with_step_and_history(tmp_path, tiny_checkpoint
 def test_two_process_accelerate_launch_trains_a_step(tmp_path, tiny_checkpoint, tiny_states):
     import polars as pl
 
-    from rmsweb_kedro.schema import STATE_SCHEMA
+    from rmsweb_kedro.contracts.schema import STATE_SCHEMA
 
     pl.DataFrame(tiny_states[:32], schema=STATE_SCHEMA).write_parquet(tmp_path / "train.parquet")
     pl.DataFrame(tiny_states[32:40], schema=STATE_SCHEMA).write_parquet(tmp_path / "val.parquet")
@@ -139,7 +139,7 @@ def test_two_process_accelerate_launch_trains_a_step(tmp_path, tiny_checkpoint, 
 def test_a_launched_entry_point_loads_every_base_checkpoint_field(tmp_path, tiny_checkpoint):
     """What the node's ``base_checkpoint`` says reaches the launched processes: the attention implementation, the
     dtype and the LoRA adapter (saved with the base by the node; its settings kept, trainable), not only the path."""
-    from rmsweb_kedro.modeling import LoadConfig
+    from rmsweb_kedro.models.modeling import LoadConfig
     from rmsweb_kedro.training.launch import job_checkpoint, load_job_model
 
     spec = LoadConfig(path=str(tiny_checkpoint), dtype="bfloat16", attn_implementation="eager", lora={"r": 4})
@@ -160,7 +160,7 @@ def test_the_same_short_sft_twice_saves_the_same_checkpoint_bytes(tmp_path, tiny
     """The default run's reproducibility on one machine (README, "What the default run gives"): the same data,
     seeds and settings (mixed_precision auto, reply weight and observation loss as in conf/base) give a checkpoint
     with the same content hash twice, the hash the run manifest records."""
-    from rmsweb_kedro.provenance import directory_sha256
+    from rmsweb_kedro.runs.provenance import directory_sha256
 
     hashes = []
     for attempt in ("a", "b", "untrained"):

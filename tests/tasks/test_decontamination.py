@@ -65,7 +65,7 @@ def test_the_benchmark_on_the_real_files(shared_benchmarks):
 
 
 def test_an_index_matches_on_the_site_and_a_task_without_start_page_on_intent(tmp_path):
-    from rmsweb_kedro.schema import Task
+    from rmsweb_kedro.contracts.schema import Task
 
     def task(i, url, given=True):
         return Task(id=f"t{i}", source="webvoyager", site="x", start_url=url, instruction=RECIPES[i],

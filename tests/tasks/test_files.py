@@ -6,8 +6,8 @@ import json
 import polars as pl
 import pytest
 
-from rmsweb_kedro.agents.judges import judge_kind
-from rmsweb_kedro.schema import tasks_from_frame
+from rmsweb_kedro.contracts.schema import tasks_from_frame
+from rmsweb_kedro.judges.choice import judge_kind
 from rmsweb_kedro.tasks.files import TaskFile, load_task_file
 from rmsweb_kedro.tasks.sources import SplitParams, TasksParams, assemble, assign_split
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
@@ -229,7 +229,7 @@ def test_split_by_site_keys_on_the_registrable_domain(tmp_path):
 
 def test_default_tasks_are_the_sandbox_suite_row_for_row():
     sandbox = generate_tasks(SandboxParams(instances_per_template=2))
-    from rmsweb_kedro.schema import tasks_to_frame
+    from rmsweb_kedro.contracts.schema import tasks_to_frame
 
     frame = tasks_to_frame(sandbox)
     tasks, quarantine, report = assemble(frame, TasksParams())
@@ -239,7 +239,7 @@ def test_default_tasks_are_the_sandbox_suite_row_for_row():
 
 def test_sources_in_order_with_quarantine_and_counts(tmp_path):
     sandbox = generate_tasks(SandboxParams(instances_per_template=1))
-    from rmsweb_kedro.schema import tasks_to_frame
+    from rmsweb_kedro.contracts.schema import tasks_to_frame
 
     path = _jsonl(
         tmp_path / "pae.jsonl",
@@ -319,7 +319,7 @@ def test_a_task_file_copying_a_webvoyager_task_is_dropped_on_the_real_files(tmp_
 
 
 def test_a_site_is_the_registrable_domain_of_a_url_or_bare_host():
-    from rmsweb_kedro.sites import site_of
+    from rmsweb_kedro.contracts.sites import site_of
 
     assert site_of("https://www.gamestop.com/x") == "gamestop.com" == site_of("gamestop.com")
     assert site_of("https://en.wikipedia.org/wiki/Faust") == "wikipedia.org" == site_of("de.wikipedia.org")

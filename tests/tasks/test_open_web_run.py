@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rmsweb_kedro.schema import JudgeSpec
+from rmsweb_kedro.contracts.schema import JudgeSpec
 from tests.collect.local_openai_server import LocalChatServer
 from tests.evaluate.conftest import judge_model, request_text
 from tests.fixtures_web import chromium_available

@@ -10,8 +10,8 @@ import re
 import polars as pl
 import pytest
 
-from rmsweb_kedro.agents.judges import judge_kind
-from rmsweb_kedro.schema import Observation, tasks_from_frame
+from rmsweb_kedro.contracts.schema import Observation, tasks_from_frame
+from rmsweb_kedro.judges.choice import judge_kind
 from rmsweb_kedro.tasks.decontamination import BenchmarkIndex, DecontaminationParams, normalise
 from rmsweb_kedro.tasks.proposer import (
     ProposerParams,

@@ -2,11 +2,11 @@
 
 import pytest
 
-from rmsweb_kedro.actions import Action, ActionType
-from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge
 from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
-from rmsweb_kedro.schema import JudgeSpec, Task
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import JudgeSpec, Task
+from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles, run_rollouts
+from rmsweb_kedro.judges.answer import ExactAnswerJudge
 from tests.fixtures_web import chromium_available
 
 pytestmark = pytest.mark.browser

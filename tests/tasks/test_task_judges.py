@@ -1,4 +1,4 @@
-"""The judge of a task file's or the proposer's task, chosen in one place (``agents.judges.judge_kind``) from what the
+"""The judge of a task file's or the proposer's task, chosen in one place (``judges.choice.judge_kind``) from what the
 row carries, and WebGym's rows judged as WebGym's evaluator judges (microsoft/webgym ``webgym/models/evaluator.py``):
 the answer supported by the screenshots, every fact verified, the reference answer matched. The judge model is the
 project's local OpenAI-compatible test server with scripted replies: real HTTP, real parsing."""
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from rmsweb_kedro.agents.judges import JudgeByKind, judge_kind
-from rmsweb_kedro.agents.openai_roles import WebVoyagerJudge
-from rmsweb_kedro.agents.rubric_judge import RubricJudge, WebGymJudge
-from rmsweb_kedro.schema import JudgeSpec, Task
+from rmsweb_kedro.contracts.schema import JudgeSpec, Task
+from rmsweb_kedro.judges.choice import JudgeByKind, judge_kind
+from rmsweb_kedro.judges.llm import WebVoyagerJudge
+from rmsweb_kedro.judges.rubric import RubricJudge, WebGymJudge
 from rmsweb_kedro.tasks.files import load_task_file
 from tests.collect.local_openai_server import LocalChatServer
 from tests.tasks.test_files import WEBGYM_ROWS, _jsonl

@@ -1,4 +1,4 @@
-"""``python -m rmsweb_kedro.compare_runs``: two runs logged the way the tracking hook logs ``model_comparison``
+"""``python -m rmsweb_kedro.runs.compare``: two runs logged the way the tracking hook logs ``model_comparison``
 (``tracking.dataset_metrics``), printed side by side with the parameter that separates them."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 import polars as pl
 import pytest
 
-from rmsweb_kedro import tracking
-from rmsweb_kedro.compare_runs import main
+from rmsweb_kedro.runs import tracking
+from rmsweb_kedro.runs.compare import main
 
 
 def log_run(uri: str, name: str, max_steps: str, rates: dict[str, float]) -> str:
@@ -73,7 +73,7 @@ def test_runs_without_a_comparison_and_unknown_ids_say_so(two_runs, capsys, tmp_
 def test_command_line(two_runs):
     store, a, b = two_runs
     result = subprocess.run(
-        [sys.executable, "-m", "rmsweb_kedro.compare_runs", a, b, "--tracking-uri", str(store)],
+        [sys.executable, "-m", "rmsweb_kedro.runs.compare", a, b, "--tracking-uri", str(store)],
         capture_output=True, text=True, timeout=120, env={**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]

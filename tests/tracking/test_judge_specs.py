@@ -9,12 +9,12 @@ import json
 import polars as pl
 import pytest
 
-from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import JudgedBy, tasks_to_frame
 from rmsweb_kedro.hooks import TrackingHooks
 from rmsweb_kedro.pipelines.evaluate import nodes
-from rmsweb_kedro.provenance import start_manifest
-from rmsweb_kedro.schema import JudgedBy, tasks_to_frame
+from rmsweb_kedro.runs.provenance import start_manifest
 from tests.fixtures_web import chromium_available
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -12,8 +12,8 @@ import subprocess
 import polars as pl
 import pytest
 
-from rmsweb_kedro.schema import STATE_SCHEMA
-from rmsweb_kedro.tracking import STEP_PREFIX_ENV
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+from rmsweb_kedro.runs.tracking import STEP_PREFIX_ENV
 from rmsweb_kedro.training.launch import launch_command
 from rmsweb_kedro.training.sft import SFTConfig
 

@@ -1,4 +1,4 @@
-"""The run manifest's parts (provenance.py), checked against what they describe: a git repo made here, files
+"""The run manifest's parts (runs/provenance.py), checked against what they describe: a git repo made here, files
 hashed in two places, secrets in nested parameters, a Parquet table read back by polars."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 from pydantic import SecretStr
 
-from rmsweb_kedro.provenance import (
+from rmsweb_kedro.runs.provenance import (
     MASK,
     checkpoint_record,
     directory_sha256,

@@ -11,7 +11,7 @@ import shutil
 import polars as pl
 import pytest
 
-from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.contracts.schema import tasks_to_frame
 from tests.collect.local_openai_server import LocalChatServer
 from tests.fixtures_web import chromium_available
 from tests.tracking.test_tracking import PROJECT, kedro_run

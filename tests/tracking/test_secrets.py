@@ -10,9 +10,9 @@ import pytest
 from kedro.config import OmegaConfigLoader
 from pydantic import SecretStr, ValidationError
 
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig, endpoint_credentials, resolve_api_key
 from rmsweb_kedro.agents.factory import TeacherSpec
-from rmsweb_kedro.provenance import MASK
+from rmsweb_kedro.models.endpoint import ChatEndpoint, EndpointConfig, endpoint_credentials, resolve_api_key
+from rmsweb_kedro.runs.provenance import MASK
 
 KEY = "sk-FAKE-secrets-test-91b2"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rmsweb_kedro.provenance import directory_sha256
-from rmsweb_kedro.schema import STATE_SCHEMA
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA
+from rmsweb_kedro.runs.provenance import directory_sha256
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXAMPLES = PROJECT / "data" / "01_raw" / "examples" / "trajectories"

@@ -35,7 +35,7 @@ STEPS = "data/07_model_output/evaluate/online_steps.parquet"
 def _add_teacher(project: Path) -> None:
     """The scripted teacher's episodes on the run's evaluation tasks, appended as model ``teacher``."""
     from rmsweb_kedro.agents.scripted import ScriptedTeacher, TeacherImperfections
-    from rmsweb_kedro.evaluation import EvaluateParams, run_online
+    from rmsweb_kedro.measures.evaluation import EvaluateParams, run_online
 
     online = RUN_PARAMS["evaluate"]["online"] | {
         "episodes_root": str(project / "data/07_model_output/evaluate/episodes")

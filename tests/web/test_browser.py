@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from rmsweb_kedro.actions import Action, parse_action
-from rmsweb_kedro.agents.scripted import SandboxJudge
-from rmsweb_kedro.rollouts import EpisodeSpec, Roles, run_rollouts
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.agents.reference import ReferenceAgent, play_reference
+from rmsweb_kedro.contracts.actions import Action, parse_action
+from rmsweb_kedro.contracts.schema import Task
+from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles, run_rollouts
+from rmsweb_kedro.judges.sandbox import SandboxJudge
 from rmsweb_kedro.web.browser import BrowserEnv, format_axtree, parse_axtree
 from rmsweb_kedro.web.sandbox import SandboxServer, check, find_element, resolve_step
-from rmsweb_kedro.web.sandbox.solve import ReferenceAgent, play_reference
 
 pytestmark = pytest.mark.browser
 

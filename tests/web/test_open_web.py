@@ -16,12 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import polars as pl
 import pytest
 
-from rmsweb_kedro.actions import Action, ActionType
 from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.collection import CollectParams, collection_log, summarize
-from rmsweb_kedro.episodes import run_episode
-from rmsweb_kedro.evaluation import EPISODE_SCHEMA, success_summary
-from rmsweb_kedro.schema import Task, trajectory_row
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import Task, trajectory_row
+from rmsweb_kedro.episodes.collection import CollectParams, collection_log, summarize
+from rmsweb_kedro.episodes.episode import run_episode
+from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA, success_summary
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, block_kind, registrable_domain
 from tests.fixtures_web import OnItsThread, chromium_available
 

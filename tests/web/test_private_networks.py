@@ -25,8 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from rmsweb_kedro.actions import Action, ActionType
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import Task
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, is_private_address, resolve
 from tests.fixtures_web import OnItsThread, chromium_available
 

@@ -13,7 +13,8 @@ from urllib.parse import urlencode
 import pytest
 
 import rmsweb_kedro.web.sandbox.sites as sites_package
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.agents.reference import play_reference
+from rmsweb_kedro.contracts.schema import Task
 from rmsweb_kedro.web.browser import BrowserEnv
 from rmsweb_kedro.web.sandbox import (
     SandboxParams,
@@ -25,7 +26,6 @@ from rmsweb_kedro.web.sandbox import (
     generate_tasks,
 )
 from rmsweb_kedro.web.sandbox.registry import collections, templates
-from rmsweb_kedro.web.sandbox.solve import play_reference
 
 REPO = Path(__file__).resolve().parents[2]
 

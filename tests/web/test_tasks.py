@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rmsweb_kedro.actions import ActionType, parse_action
-from rmsweb_kedro.schema import (
+from rmsweb_kedro.contracts.actions import ActionType, parse_action
+from rmsweb_kedro.contracts.schema import (
     TASK_SCHEMA,
     Element,
     Observation,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rmsweb_kedro.actions import Action, ActionParseError, parse_reply
-from rmsweb_kedro.schema import Observation, Step, Task, Usage, Verdict
+from rmsweb_kedro.contracts.actions import Action, ActionParseError, parse_reply
+from rmsweb_kedro.contracts.schema import Observation, Step, Task, Usage, Verdict
 
 
 @dataclass
@@ -120,7 +120,7 @@ def act_by_sampling(
 ) -> Decision:
     """A policy's ``act``: one reply (the policy's own greedy or sampled setting) to the live state
     (``prompts.state_from_live``) as a :class:`Decision`."""
-    from rmsweb_kedro.prompts import state_from_live
+    from rmsweb_kedro.contracts.prompts import state_from_live
 
     state = state_from_live(task, observation, history, reflections)
     sample = policy.sample([state], n=1, logprobs=False)[0][0]

@@ -1,13 +1,9 @@
-"""Build the roles from configuration (``params:collect.teacher`` / ``reflector`` / ``judge``), so production swaps
+"""Build the roles from configuration (``params:collect.teacher`` / ``reflector``; the judge: :mod:`rmsweb_kedro.judges.choice`), so production swaps
 an endpoint in YAML, not code.
 
     teacher:   {kind: scripted, imperfections: {...}}      or {kind: openai, endpoint: {...}, send_screenshot: true}
                                                           or {kind: policy, policy: {...}, checkpoint: DIR}
     reflector: {kind: scripted}                           or {kind: openai, endpoint: {...}}
-    judge:     {kind: sandbox_checker}                    or {kind: webvoyager, endpoint: {...}, last_k: 15}
-                                                          or {kind: webjudge, endpoint: {...}, score_threshold: 3}
-                                                          or {kind: rubric, endpoint: {...}, rubric_threshold: 0.8}
-                                                          or {kind: reference_answer}
     policy:    {kind: hf, dtype: auto, device: auto}       or {kind: openai, endpoint: {...}, tokenizer: DIR}
                                                           or {kind: openai, server: {python: ..., ...}}
 
@@ -27,10 +23,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.agents.base import Agent, Judge, Policy, Reflector
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials, EndpointConfig
+from rmsweb_kedro.agents.base import Agent, Policy, Reflector
 from rmsweb_kedro.agents.scripted import TeacherImperfections
-from rmsweb_kedro.serving import ServerConfig, serve_checkpoint
+from rmsweb_kedro.models.endpoint import ChatEndpoint, Credentials, EndpointConfig
+from rmsweb_kedro.models.serving import ServerConfig, serve_checkpoint
 
 
 class PolicySpec(BaseModel):
@@ -88,25 +84,8 @@ class ReflectorSpec(BaseModel):
     endpoint: EndpointConfig | None = None
 
 
-class JudgeSpecConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["sandbox_checker", "webvoyager", "webjudge", "rubric", "reference_answer"] = (
-        "sandbox_checker"
-    )
-    endpoint: EndpointConfig | None = None
-    last_k: int = 15  # WebVoyager's run_eval.sh attaches the last 15 screenshots
-    score_threshold: int = 3  # Online-Mind2Web's WebJudge (run.py --score_threshold 3)
-    max_images: int = 50  # Online-Mind2Web's WebJudge (MAX_IMAGE = 50)
-    official_prompts: str | None = "data/01_raw/benchmarks"  # where `tasks.benchmarks download` put prompts/
-    max_tokens: int | None = Field(default=None, gt=0)  # None: the protocol's own reply budget
-    rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
-    #: reference_answer tasks: ``exact`` (GAIA's exact match, no model) or ``llm`` (the endpoint's model reads the
-    #: final answer against the reference: answers in other words, as task files and the proposer give them)
-    reference_answer: Literal["exact", "llm"] = "exact"
-
-
-def _endpoint(spec: Any, role: str, credentials: Credentials | None) -> ChatEndpoint:
+def role_endpoint(spec: Any, role: str, credentials: Credentials | None) -> ChatEndpoint:
+    """A client of ``spec.endpoint`` for ``role``; an error naming the role when the spec has none."""
     if spec.endpoint is None:
         raise ValueError(f"{role}: kind {spec.kind!r} needs an 'endpoint' (base_url, model, ...)")
     return ChatEndpoint(spec.endpoint, credentials)
@@ -128,7 +107,9 @@ def teacher_factory(
         return lambda seed: policy
     from rmsweb_kedro.agents.openai_roles import OpenAITeacher
 
-    teacher = OpenAITeacher(_endpoint(spec, "teacher", credentials), spec.send_screenshot, spec.history_limit)
+    teacher = OpenAITeacher(
+        role_endpoint(spec, "teacher", credentials), spec.send_screenshot, spec.history_limit
+    )
     return lambda seed: teacher
 
 
@@ -140,43 +121,7 @@ def build_reflector(spec: ReflectorSpec | dict, credentials: Credentials | None 
         return ScriptedReflector()
     from rmsweb_kedro.agents.openai_roles import OpenAIReflector
 
-    return OpenAIReflector(_endpoint(spec, "reflector", credentials))
-
-
-def build_judge(
-    spec: JudgeSpecConfig | dict,
-    session_state: Callable[[str], dict] | None = None,
-    credentials: Credentials | None = None,
-    endpoint: ChatEndpoint | None = None,
-) -> Judge:
-    """The judge ``spec.kind`` names: the sandbox checker (needs ``session_state``, ``SandboxServer.session_state``),
-    GAIA's exact answer match (no model), or an LLM judge over ``endpoint`` (else a client of ``spec.endpoint``)."""
-    spec = JudgeSpecConfig.model_validate(spec)
-    if spec.kind == "sandbox_checker":
-        from rmsweb_kedro.agents.scripted import SandboxJudge
-
-        if session_state is None:
-            raise ValueError("judge kind 'sandbox_checker' needs the sandbox server's session_state")
-        return SandboxJudge(session_state)
-    if spec.kind == "reference_answer":
-        from rmsweb_kedro.agents.answer_judge import ExactAnswerJudge, LLMAnswerJudge
-
-        if spec.reference_answer == "llm":
-            return LLMAnswerJudge(endpoint or _endpoint(spec, "judge", credentials))
-        return ExactAnswerJudge()
-    from rmsweb_kedro.agents.openai_roles import WebJudge, WebVoyagerJudge
-
-    endpoint = endpoint or _endpoint(spec, "judge", credentials)
-    if spec.kind == "rubric":
-        from rmsweb_kedro.agents.rubric_judge import RubricJudge
-
-        return RubricJudge(endpoint, threshold=spec.rubric_threshold)
-    budget = {"max_tokens": spec.max_tokens} if spec.max_tokens else {}
-    if spec.kind == "webvoyager":
-        return WebVoyagerJudge(endpoint, spec.last_k, official_prompts=spec.official_prompts, **budget)
-    return WebJudge(
-        endpoint, spec.score_threshold, spec.max_images, official_prompts=spec.official_prompts, **budget
-    )
+    return OpenAIReflector(role_endpoint(spec, "reflector", credentials))
 
 
 def build_policy(
@@ -214,12 +159,12 @@ def build_policy(
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer)
-        endpoint = _endpoint(spec, "policy", credentials)
+        endpoint = role_endpoint(spec, "policy", credentials)
         return OpenAIPolicy(endpoint, tokenizer=tokenizer, concurrency=spec.batch_size, **settings)
     from rmsweb_kedro.agents.hf_policy import HFPolicy
 
     if isinstance(checkpoint, tuple):
-        from rmsweb_kedro.modeling import place_model
+        from rmsweb_kedro.models.modeling import place_model
 
         model, processor = checkpoint
         return HFPolicy(place_model(model, spec.device), processor, batch_size=spec.batch_size, **settings)

@@ -9,7 +9,7 @@ policy's two faces, failure mining, Salvage-DS training (its groups) and its com
 - ``sample(states, n, ...) -> list[list[PolicySample]]``: ``n`` replies for each STATE row, with completion token
   ids and their log-probabilities, for failure mining (K samples a state) and offline evaluation.
 
-Prompts come from :mod:`rmsweb_kedro.prompts`, the module SFT trains with (screenshots included); sampling is
+Prompts come from :mod:`rmsweb_kedro.contracts.prompts`, the module SFT trains with (screenshots included); sampling is
 exactly temperature + top-p (``top_k=0``, whatever the checkpoint's generation_config says); replies are parsed
 with :func:`actions.parse_reply`, and a reply that does not parse is returned with its error, never raised.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rmsweb_kedro.agents.base import Decision, PolicySample, act_by_sampling, parse_sample
-from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths, render_prompt
-from rmsweb_kedro.schema import Observation, Step, Task
+from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages, image_paths, render_prompt
+from rmsweb_kedro.contracts.schema import Observation, Step, Task
 
 
 def prompt_inputs(states: list[dict[str, Any]], prompt: PromptConfig, processor):
@@ -148,7 +148,7 @@ class HFPolicy:
         """Load a checkpoint directory (the tiny one, an SFT output, or a real Qwen3-VL-Instruct) onto
         ``device`` in ``dtype`` (``modeling.resolve_device``/``resolve_dtype``: ``auto`` is the accelerator when
         there is one, in bf16; float32 on the CPU)."""
-        from rmsweb_kedro.modeling import load_model
+        from rmsweb_kedro.models.modeling import load_model
 
         model, processor = load_model(
             {"path": str(path), "dtype": dtype, "attn_implementation": attn_implementation, "device": device}

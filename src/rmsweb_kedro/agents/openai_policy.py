@@ -5,7 +5,7 @@ It shows the model exactly what the local policy shows it: the messages of :func
 module SFT trains with), screenshots as base64 ``image_url`` parts, the page tree cut to its token budget with the
 checkpoint's own tokenizer when ``tokenizer`` names it (else at 4 characters a token). Each state is one chat
 request for its ``n`` replies (``temperature: 0`` when greedy; ``seed + i`` for the i-th state when seeded);
-requests run ``concurrency`` at a time through the teacher's client (:class:`agents.endpoint.ChatEndpoint`: its
+requests run ``concurrency`` at a time through the teacher's client (:class:`models.endpoint.ChatEndpoint`: its
 retries, usage and cost). A server that ignores ``n`` (``transformers serve`` answers one choice and logs "Ignoring
 unsupported fields {'n'}") gets the remaining replies as requests of their own, each seeded apart (logged once), so a
 K-sample scoring works against it too. A reply is parsed from its raw text and never raises: whatever the server returns (a lone
@@ -22,7 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rmsweb_kedro.agents.base import Decision, PolicySample, act_by_sampling, parse_sample
-from rmsweb_kedro.agents.endpoint import (
+from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages
+from rmsweb_kedro.contracts.schema import Observation, Step, Task
+from rmsweb_kedro.models.endpoint import (
     ChatEndpoint,
     Choice,
     Completion,
@@ -30,8 +32,6 @@ from rmsweb_kedro.agents.endpoint import (
     image_part,
     text_part,
 )
-from rmsweb_kedro.prompts import PromptConfig, build_messages
-from rmsweb_kedro.schema import Observation, Step, Task
 
 logger = logging.getLogger(__name__)
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.actions import Action, ActionType, format_reply, normalize_text
 from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.schema import Observation, Step, Task, Usage, Verdict
+from rmsweb_kedro.contracts.actions import Action, ActionType, format_reply, normalize_text
+from rmsweb_kedro.contracts.schema import Observation, Step, Task, Usage, Verdict
 
 DETOUR = "dead_end"
 SKIP = "skip_filter"
@@ -260,28 +259,3 @@ class ScriptedReflector:
             )
         sentences = [f"Wrong decision: {said}. Instead: {right}." for said, right in wrong]
         return " ".join(sentences), Usage()
-
-
-# ---------------------------------------------------------------- judge
-
-
-class SandboxJudge:
-    """The task's programmatic checker over the server-side state of the attempt's browser session
-    (``context["session_id"]``); ``session_state`` is ``SandboxServer.session_state``."""
-
-    name = "sandbox-checker/v1"
-
-    def __init__(self, session_state: Callable[[str], dict]):
-        self.session_state = session_state
-
-    def judge(
-        self, task: Task, steps: list[Step], final_answer: str | None, context: dict
-    ) -> tuple[Verdict, Usage]:
-        from rmsweb_kedro.web.sandbox import check
-        from rmsweb_kedro.web.sandbox.checkers import JUDGED_BY
-
-        session_id = context.get("session_id")
-        if session_id is None:
-            reason = "no browser session to check"
-            return Verdict(success=False, reason=reason, judge=self.name, judged_by=JUDGED_BY), Usage()
-        return check(task, self.session_state(session_id), final_answer), Usage()

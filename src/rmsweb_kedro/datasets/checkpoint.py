@@ -1,7 +1,7 @@
 """A Kedro dataset for Hugging Face checkpoint directories (Qwen3-VL model + processor), versioned or not.
 
 Saves ``(model, processor)`` with ``save_pretrained`` (a peft model is saved merged) and loads it back with
-:func:`rmsweb_kedro.modeling.load_model`, so a catalog entry can also point at a checkpoint a user brings::
+:func:`rmsweb_kedro.models.modeling.load_model`, so a catalog entry can also point at a checkpoint a user brings::
 
     sft_model:
       type: rmsweb_kedro.datasets.checkpoint.CheckpointDataset
@@ -19,7 +19,7 @@ from typing import Any
 
 from kedro.io.core import AbstractVersionedDataset, DatasetError, Version
 
-from rmsweb_kedro.modeling import LoadedModel
+from rmsweb_kedro.models.modeling import LoadedModel
 
 
 class CheckpointDataset(AbstractVersionedDataset[LoadedModel, LoadedModel]):
@@ -37,7 +37,7 @@ class CheckpointDataset(AbstractVersionedDataset[LoadedModel, LoadedModel]):
         self.metadata = metadata
 
     def load(self) -> LoadedModel:
-        from rmsweb_kedro.modeling import load_model
+        from rmsweb_kedro.models.modeling import load_model
 
         path = Path(self._get_load_path().as_posix())
         if not (path / "config.json").exists():
@@ -48,7 +48,7 @@ class CheckpointDataset(AbstractVersionedDataset[LoadedModel, LoadedModel]):
         return LoadedModel(model, processor)
 
     def save(self, data: LoadedModel | tuple[Any, Any]) -> None:
-        from rmsweb_kedro.modeling import save_checkpoint
+        from rmsweb_kedro.models.modeling import save_checkpoint
 
         model, processor = data
         path = Path(self._get_save_path().as_posix())

@@ -2,7 +2,7 @@
 task files, proposed tasks and the proposer's filter).
 
 A task is contaminated when an evaluation task (WebVoyager, Online-Mind2Web, WebTailBench) is on its site, the
-registrable domain of the start page (:func:`rmsweb_kedro.sites.site_of`: ``www.`` and ``en.``/``de.`` aside), and
+registrable domain of the start page (:func:`rmsweb_kedro.contracts.sites.site_of`: ``www.`` and ``en.``/``de.`` aside), and
 has a near-duplicate intent: :func:`similarity` of their :func:`intent` texts at or above the threshold. A benchmark
 task without a start page of its own (WebTailBench's, which start from a search engine) matches on intent alone.
 
@@ -25,8 +25,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.schema import Task
-from rmsweb_kedro.sites import site_of
+from rmsweb_kedro.contracts.schema import Task
+from rmsweb_kedro.contracts.sites import site_of
 
 logger = logging.getLogger(__name__)
 

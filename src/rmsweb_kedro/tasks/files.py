@@ -1,4 +1,4 @@
-"""Task files a researcher brings (JSONL, JSON array, Parquet or CSV) as :class:`~rmsweb_kedro.schema.Task` records.
+"""Task files a researcher brings (JSONL, JSON array, Parquet or CSV) as :class:`~rmsweb_kedro.contracts.schema.Task` records.
 
 A :class:`ColumnMapping` says which column holds each field (dotted paths reach into nested objects, as in
 OpenWebRL's ``metadata.start_url``; a list of columns: the first one a row fills); :data:`SHAPES` are ready mappings
@@ -18,9 +18,9 @@ for the published task files:
   kept as a label;
 - ``project``: this project's own Task rows (what the proposer writes).
 
-A task's site is its start page's registrable domain (:func:`rmsweb_kedro.sites.site_of`), whatever label the file
+A task's site is its start page's registrable domain (:func:`rmsweb_kedro.contracts.sites.site_of`), whatever label the file
 gives it. A row records what it carries in its judge config (``reference_answer``, ``rubric`` and, for WebGym's facts,
-``rubric_rule: every_fact``), never a judge: ``agents.judges.judge_kind`` chooses. Rows that cannot become a task are quarantined with the file, line (CSV: the file's line, header
+``rubric_rule: every_fact``), never a judge: ``judges.choice.judge_kind`` chooses. Rows that cannot become a task are quarantined with the file, line (CSV: the file's line, header
 included; Parquet: the row number from 1), record id, field (the file's column) and reason: rows in = accepted +
 quarantined (:class:`~rmsweb_kedro.tasks.benchmarks.loaders.LoadResult`).
 """
@@ -37,8 +37,8 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from rmsweb_kedro.schema import JudgeSpec, Task
-from rmsweb_kedro.sites import site_of
+from rmsweb_kedro.contracts.schema import JudgeSpec, Task
+from rmsweb_kedro.contracts.sites import site_of
 from rmsweb_kedro.tasks.benchmarks.loaders import (
     BenchmarkFileError,
     HttpUrlText,

@@ -11,14 +11,14 @@ proposed = kept + sum(dropped) (:func:`propose` checks it):
    environment error, an empty page) or refuses the browser (``Observation.blocked``: captcha, anti-bot, 403/429, login
    wall); such a site's model call is skipped and the site is counted in ``sites_infeasible``;
 3. ``unsafe``: the text asks for a critical step, the kinds live episodes stop before
-   (:class:`~rmsweb_kedro.rollouts.CriticalPoints`: paying, personal data, messages, accounts, deleting);
+   (:class:`~rmsweb_kedro.episodes.critical.CriticalPoints`: paying, personal data, messages, accounts, deleting);
 4. ``duplicate``: the same normalised text as a kept task, or a near-duplicate of one (intent similarity,
    :func:`~rmsweb_kedro.tasks.decontamination.similarity`, >= ``near_duplicate``);
 5. ``contaminated``: the site and the intent of a task of an evaluation benchmark (WebVoyager, Online-Mind2Web,
    WebTailBench), by :mod:`rmsweb_kedro.tasks.decontamination`, the rule task files are held to as well.
 
-A proposed task's site is its start page's registrable domain (:func:`rmsweb_kedro.sites.site_of`). It records what
-it carries (its answer, its rubric, or both), not a judge: ``agents.judges.judge_kind`` chooses.
+A proposed task's site is its start page's registrable domain (:func:`rmsweb_kedro.contracts.sites.site_of`). It records what
+it carries (its answer, its rubric, or both), not a judge: ``judges.choice.judge_kind`` chooses.
 
 Every kept task records the proposer's model and the hash of its prompt (``metadata.proposer_model``,
 ``metadata.prompt_hash``); the tasks file is read back by the ``proposer`` source of the tasks stage.
@@ -35,10 +35,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.agents.endpoint import ChatEndpoint, Credentials, EndpointConfig, image_part, text_part
-from rmsweb_kedro.rollouts import CriticalPoints
-from rmsweb_kedro.schema import JudgeSpec, Observation, Task
-from rmsweb_kedro.sites import site_of
+from rmsweb_kedro.contracts.schema import JudgeSpec, Observation, Task
+from rmsweb_kedro.contracts.sites import site_of
+from rmsweb_kedro.episodes.critical import CriticalPoints
+from rmsweb_kedro.models.endpoint import ChatEndpoint, Credentials, EndpointConfig, image_part, text_part
 from rmsweb_kedro.tasks.benchmarks import loaders
 from rmsweb_kedro.tasks.decontamination import (
     BenchmarkIndex,

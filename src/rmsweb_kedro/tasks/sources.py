@@ -12,7 +12,7 @@ Sources (``params:tasks.sources``, conf/base/parameters_tasks.yml):
 
 Tasks without a split (files, proposed tasks) get one from ``split``: a seeded draw per task, or per site
 (``by: site``: every task of a site in one split, for a held-out-site evaluation); ``held_out_sites`` go to test
-whole. A site is the registrable domain of the task's start page (:func:`rmsweb_kedro.sites.site_of`): PAE's
+whole. A site is the registrable domain of the task's start page (:func:`rmsweb_kedro.contracts.sites.site_of`): PAE's
 ``Allrecipes`` on ``https://www.allrecipes.com/`` and a row on ``allrecipes.com`` are one site, as are
 ``en.wikipedia.org`` and ``de.wikipedia.org``. Collection (train) and evaluation (val/test) tasks are then disjoint by
 task, and by site with ``by: site``.
@@ -33,8 +33,9 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.schema import QUARANTINE_SCHEMA, Task, tasks_from_frame, tasks_to_frame
-from rmsweb_kedro.sites import site_of
+from rmsweb_kedro.contracts.schema import QUARANTINE_SCHEMA, Task, tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.contracts.seeding import stable_rng
+from rmsweb_kedro.contracts.sites import site_of
 from rmsweb_kedro.tasks.benchmarks import loaders
 from rmsweb_kedro.tasks.decontamination import (
     EVALUATION_BENCHMARKS,
@@ -43,7 +44,6 @@ from rmsweb_kedro.tasks.decontamination import (
     decontaminate,
 )
 from rmsweb_kedro.tasks.files import TaskFile, load_task_file
-from rmsweb_kedro.web.sandbox.world import stable_rng
 
 logger = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ def launch_command(name: str, accelerate_dir: str | Path, module: str, job_path:
 def run_launched(name: str, accelerate_dir: str | Path, module: str, job: dict[str, Any]) -> LoopResult:
     """Write ``job`` to ``<job['output_dir']>/launch/job.json``, run ``module`` on it under ``accelerate launch``
     and return what its main process saved (:func:`save_launched`), the model loaded with ``modeling.load_model``."""
-    from rmsweb_kedro.modeling import load_model
+    from rmsweb_kedro.models.modeling import load_model
 
     output_dir = Path(job["output_dir"])
     job_path = output_dir / "launch" / "job.json"
@@ -68,7 +68,7 @@ def job_checkpoint(model_dir: str | Path, base_checkpoint: Any = None) -> dict[s
     field of the node's ``base_checkpoint`` (``modeling.LoadConfig``: ``attn_implementation``, ``dtype``, ...) but
     ``path``, which becomes ``model_dir``; ``lora``, whose adapter the saved copy holds already (with its settings,
     trainable: ``modeling.load_model``); and ``device``, which is each process's own accelerator."""
-    from rmsweb_kedro.modeling import LoadConfig
+    from rmsweb_kedro.models.modeling import LoadConfig
 
     spec = LoadConfig.model_validate(base_checkpoint or {"path": str(model_dir)})
     return spec.model_copy(update={"path": str(model_dir), "lora": None, "device": "auto"}).model_dump(
@@ -81,7 +81,7 @@ def load_job_model(job: dict[str, Any]):
     alone. ``dtype: auto`` trains in ``modeling.training_dtype`` (float32 master weights for full weights, bf16
     compute through ``mixed_precision``; the frozen base of a LoRA policy in the device's dtype); an explicit dtype is
     used as given, as in one process."""
-    from rmsweb_kedro.modeling import LoadConfig, load_model, training_dtype
+    from rmsweb_kedro.models.modeling import LoadConfig, load_model, training_dtype
 
     spec = LoadConfig.model_validate(job.get("checkpoint") or {"path": job["model_dir"]})
     if spec.dtype == "auto":
@@ -99,7 +99,7 @@ def read_job(description: str) -> dict[str, Any]:
 def save_launched(result: LoopResult, processor, output_dir: str | Path) -> None:
     """In every process of a launched run: gather the weights, and on the main process save ``final``,
     ``history.jsonl`` and ``result.json`` under ``output_dir``."""
-    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.models.modeling import save_checkpoint
 
     accelerator, output_dir = result.accelerator, Path(output_dir)
     state_dict = accelerator.get_state_dict(result.model)  # a collective: every process takes part

@@ -70,7 +70,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rmsweb_kedro.tracking import log_step
+from rmsweb_kedro.runs.tracking import log_step
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class LoopConfig(BaseModel):
     @field_validator("mixed_precision", mode="before")
     @classmethod
     def _precision(cls, value: Any) -> str:
-        from rmsweb_kedro.numerics import normalise_mixed_precision
+        from rmsweb_kedro.models.numerics import normalise_mixed_precision
 
         return normalise_mixed_precision(value)
 
@@ -189,8 +189,8 @@ def make_accelerator(config: LoopConfig):
     GradientState._reset_state()
     from accelerate.utils import DistributedDataParallelKwargs
 
-    from rmsweb_kedro.modeling import cpu_only
-    from rmsweb_kedro.numerics import resolve_mixed_precision
+    from rmsweb_kedro.models.modeling import cpu_only
+    from rmsweb_kedro.models.numerics import resolve_mixed_precision
 
     # DDP: a text-only batch leaves Qwen3-VL's vision tower without gradients, which DDP refuses unless told
     unused = DistributedDataParallelKwargs(find_unused_parameters=True)
@@ -688,7 +688,9 @@ def train_loop(
                 row.update(_run_eval_fn(eval_fn, model, accelerator))
         state.history.append(row)
         if accelerator.is_main_process:
-            log_step(row)  # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.tracking)
+            log_step(
+                row
+            )  # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.runs.tracking)
         bar.update(1)
         bar.set_postfix(
             {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}

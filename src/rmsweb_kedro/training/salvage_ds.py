@@ -99,10 +99,16 @@ from typing import Literal, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.actions import Action, format_action, matches_any, normalized_argument, same_target
 from rmsweb_kedro.agents.base import PolicySample
-from rmsweb_kedro.prompts import PromptConfig
-from rmsweb_kedro.serving import ServerConfig, ServerError, VLLMServer
+from rmsweb_kedro.contracts.actions import (
+    Action,
+    format_action,
+    matches_any,
+    normalized_argument,
+    same_target,
+)
+from rmsweb_kedro.contracts.prompts import PromptConfig
+from rmsweb_kedro.models.serving import ServerConfig, ServerError, VLLMServer
 from rmsweb_kedro.training.loop import LoopConfig
 
 Mode = Literal["grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor"]
@@ -421,7 +427,7 @@ class PreparedState:
 def probe_counts(row: dict, references: list[Action]) -> tuple[int, int]:
     """``(K, right)``: the mining probe's sampled actions of a state (``sampled_actions``: canonical texts, or
     ``<invalid: reason>``; absent or null when the state was not probed) and how many are in the reference set."""
-    from rmsweb_kedro.actions import ActionParseError, parse_action
+    from rmsweb_kedro.contracts.actions import ActionParseError, parse_action
 
     labels = row.get("sampled_actions") or []
     right = 0
@@ -441,8 +447,8 @@ def probe_counts(row: dict, references: list[Action]) -> tuple[int, int]:
 def prepare_states(states: list[dict], processor, prompt_config) -> list[PreparedState]:
     """STATE_SCHEMA rows with the policy's prompt (``hf_policy.prompt_inputs``, the sampler's) and reference reply."""
     from rmsweb_kedro.agents.hf_policy import prompt_inputs
-    from rmsweb_kedro.prompts import reference_reply
-    from rmsweb_kedro.schema import reference_set
+    from rmsweb_kedro.contracts.prompts import reference_reply
+    from rmsweb_kedro.contracts.schema import reference_set
 
     tokenizer = processor.tokenizer
     end_of_turn = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
@@ -474,7 +480,7 @@ def vision_inputs(rows: list[dict], prompt_config, processor) -> dict[str, torch
     their ids sees the same pixels); ``{}`` when the prompts show no screenshot."""
     from PIL import Image
 
-    from rmsweb_kedro.prompts import build_messages, image_paths
+    from rmsweb_kedro.contracts.prompts import build_messages, image_paths
 
     paths = [path for row in rows for path in image_paths(build_messages(row, prompt_config)[0])]
     if not paths:
@@ -599,7 +605,7 @@ class HFSampler(_Versioned):
 
 
 class ServedSampler(_Versioned):
-    """Groups from vLLM serving the policy (``sampler: served``; :mod:`rmsweb_kedro.serving`).
+    """Groups from vLLM serving the policy (``sampler: served``; :mod:`rmsweb_kedro.models.serving`).
 
     The server serves the base checkpoint; before sampling, when the trainable weights changed, the adapter is
     saved to ``work_dir/adapters/v<version>`` and loaded under a new name (``policy-<run>-v<version>``), and the
@@ -651,8 +657,8 @@ class ServedSampler(_Versioned):
         policy was loaded from (``serving.base_directory``; at 8B a copy was ~16 GB written at every start and
         resume); only a policy with none (built or trained in memory) has its base saved first, to
         ``work_dir/base``."""
-        from rmsweb_kedro.modeling import save_checkpoint
-        from rmsweb_kedro.serving import base_directory
+        from rmsweb_kedro.models.modeling import save_checkpoint
+        from rmsweb_kedro.models.serving import base_directory
 
         if self.config.base_url:
             self.server = VLLMServer(self.config).attach() if self.main else None
@@ -712,8 +718,8 @@ class ServedSampler(_Versioned):
         self.reload_seconds += time.perf_counter() - started
 
     def sample(self, policy, states: list[PreparedState], n: int, greedy: bool = False):
-        from rmsweb_kedro.agents.endpoint import ChatEndpoint, EndpointConfig
         from rmsweb_kedro.agents.openai_policy import OpenAIPolicy
+        from rmsweb_kedro.models.endpoint import ChatEndpoint, EndpointConfig
 
         self.sync(policy)
         c = self.config
@@ -1095,10 +1101,10 @@ def evaluate_competence(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """``(summary, per_state)``: ``step_success_rate`` (of the greedy reply), ``competence`` (share of ``n``
     sampled replies that are right, averaged over states) and ``valid_rate`` (share of them that parse) of
-    ``model`` on ``states``, scored by :func:`rmsweb_kedro.scoring.score_states` against each state's reference
+    ``model`` on ``states``, scored by :func:`rmsweb_kedro.measures.scoring.score_states` against each state's reference
     set (the reward's); competence of each state by id."""
     from rmsweb_kedro.agents.hf_policy import HFPolicy
-    from rmsweb_kedro.scoring import ScoringConfig, rates, score_states
+    from rmsweb_kedro.measures.scoring import ScoringConfig, rates, score_states
 
     was_training = model.training
     sampling = {"temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": p.max_new_tokens}

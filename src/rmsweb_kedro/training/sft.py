@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.prompts import PromptConfig, build_messages, image_paths
+from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages, image_paths
 from rmsweb_kedro.training.loop import LoopConfig, LoopResult, train_loop
 
 logger = logging.getLogger(__name__)
@@ -297,7 +297,7 @@ def run_sft(
     model, processor, train_states: list[dict], val_states: list[dict], config: SFTConfig, eval_fn=None
 ) -> LoopResult:
     """Train ``model`` on ``train_states`` in this process (or in each process under ``accelerate launch``)."""
-    from rmsweb_kedro.modeling import packed_attention, rope_index
+    from rmsweb_kedro.models.modeling import packed_attention, rope_index
 
     packed = config.batching == "packed"
     collate = SFTCollator(

@@ -60,7 +60,7 @@ class EpisodeView:
 def _typed(action: str | None) -> str | None:
     if not action:
         return None
-    from rmsweb_kedro.actions import ActionParseError, parse_action
+    from rmsweb_kedro.contracts.actions import ActionParseError, parse_action
 
     try:
         parsed = parse_action(action)
@@ -344,7 +344,7 @@ def collection_attempt(run: Run, trajectory_id: str) -> dict[str, Any] | None:
 
 
 def _attempt(run: Run, row: dict[str, Any]) -> dict[str, Any]:
-    from rmsweb_kedro.schema import Trajectory, step_row
+    from rmsweb_kedro.contracts.schema import Trajectory, step_row
 
     trajectory = Trajectory.model_validate_json(row["trajectory"])
     prefix = f"{trajectory.mode}/"  # collect keeps screenshots relative to <raw_root>/<mode>
@@ -427,8 +427,8 @@ def mining_state(run: Run, state_id: str) -> dict[str, Any] | None:
     """One state: the reference action, the greedy action, each of the K samples with its polarized reward
     (``salvage_ds.algorithm`` r_pos, r_neg, r_invalid, as ``polarized_reward`` gives them) and failure mode, the
     competence, and whether SFT trained on it."""
-    from rmsweb_kedro.actions import ActionParseError, matches_any, parse_action
-    from rmsweb_kedro.mining import classify_failure
+    from rmsweb_kedro.contracts.actions import ActionParseError, matches_any, parse_action
+    from rmsweb_kedro.measures.mining import classify_failure
 
     need = ["state_id", "reference_action", "greedy_action", "sampled_actions", "competence", "in_sft"]
     for name in ("critical_states", "mining_offline_probes", "mining_online_probes"):

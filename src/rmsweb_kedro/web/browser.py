@@ -1,5 +1,5 @@
 """BrowserEnv: headless Chromium driven by Playwright's sync API; ``reset(task)`` and ``step(action)`` return an
-:class:`~rmsweb_kedro.schema.Observation` (axtree with element ids, elements, screenshot, URL, tabs, error).
+:class:`~rmsweb_kedro.contracts.schema.Observation` (axtree with element ids, elements, screenshot, URL, tabs, error).
 
 One env per thread: Playwright's sync API belongs to the thread that started it, so create, use and close an env
 in the same thread (``rollouts.run_rollouts`` does this for N envs, on threads or Ray actors). Errors of an action (unknown id, timeout, blocked
@@ -45,9 +45,9 @@ from urllib.parse import urljoin, urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
-from rmsweb_kedro.actions import Action, ActionType
-from rmsweb_kedro.schema import BlockKind, Element, Observation, Task
-from rmsweb_kedro.sites import registrable_domain
+from rmsweb_kedro.contracts.actions import Action, ActionType
+from rmsweb_kedro.contracts.schema import BlockKind, Element, Observation, Task
+from rmsweb_kedro.contracts.sites import registrable_domain
 from rmsweb_kedro.web.page_scripts import load_script
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from rmsweb_kedro.schema import Task
+from rmsweb_kedro.contracts.schema import Task
 
 FOLDER = Path(__file__).parent
 HOST = "www.blocked-corpus.test"

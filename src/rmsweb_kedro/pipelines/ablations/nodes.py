@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.reporting import as_percent, figure_panels, markdown_table, with_counts
+from rmsweb_kedro.measures.reporting import as_percent, figure_panels, markdown_table, with_counts
 
 
 def collection_pool(

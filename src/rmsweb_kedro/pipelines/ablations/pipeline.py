@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kedro.pipeline import Node, Pipeline, pipeline
 
-from rmsweb_kedro import reporting
+from rmsweb_kedro.measures import reporting
 from rmsweb_kedro.pipelines import bind
 from rmsweb_kedro.pipelines.ablations import nodes
 

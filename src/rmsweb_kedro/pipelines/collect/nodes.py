@@ -1,5 +1,5 @@
 """Nodes of the collect pipeline: pick tasks, collect attempts, publish raw trajectory files, summarise. The
-collection itself is :mod:`rmsweb_kedro.collection`."""
+collection itself is :mod:`rmsweb_kedro.episodes.collection`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro import collection
-from rmsweb_kedro.agents.endpoint import Credentials
-from rmsweb_kedro.collection import CollectParams
-from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.contracts.schema import tasks_from_frame, tasks_to_frame
+from rmsweb_kedro.episodes import collection
+from rmsweb_kedro.episodes.collection import CollectParams
+from rmsweb_kedro.measures.reporting import figure_panels
+from rmsweb_kedro.models.endpoint import Credentials
 
 
 def select_collection_tasks(tasks: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
@@ -37,7 +37,7 @@ def collect_trajectories(
 
 def publish_raw_trajectories(collection_log: pl.DataFrame, params: dict[str, Any]) -> dict[str, str]:
     """Every attempt of the corpus modes as a raw trajectory file (one schema.Trajectory JSON line), by partition;
-    a successful retry keeps the reflection before it as metadata (:func:`rmsweb_kedro.collection.raw_files`)."""
+    a successful retry keeps the reflection before it as metadata (:func:`rmsweb_kedro.episodes.collection.raw_files`)."""
     config = CollectParams.model_validate(params)
     return collection.raw_files(collection_log, config)
 

@@ -1,6 +1,6 @@
 """Nodes of the ``evaluate`` pipeline: each validates ``params:evaluate`` and calls the library
-(:mod:`rmsweb_kedro.evaluation` for the offline and online evaluation and the comparison tables,
-:mod:`rmsweb_kedro.evaluation_report` for the claims and the report). Nodes that take no parameters are the
+(:mod:`rmsweb_kedro.measures.evaluation` for the offline and online evaluation and the comparison tables,
+:mod:`rmsweb_kedro.measures.report` for the claims and the report). Nodes that take no parameters are the
 library's functions themselves (pipeline.py)."""
 
 from __future__ import annotations
@@ -9,15 +9,16 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro import evaluation, evaluation_report
-from rmsweb_kedro.evaluation import EvaluateParams
+from rmsweb_kedro.measures import evaluation
+from rmsweb_kedro.measures import report as evaluation_report
+from rmsweb_kedro.measures.evaluation import EvaluateParams
 
 
 def predict_offline(
     states: pl.DataFrame, model: Any, params: dict[str, Any], model_name: str
 ) -> pl.DataFrame:
     """``offline_predictions_<model>``: the model's scored greedy replies on the held-out states
-    (:func:`~rmsweb_kedro.evaluation.predict_offline`)."""
+    (:func:`~rmsweb_kedro.measures.evaluation.predict_offline`)."""
     config = EvaluateParams.model_validate(params)
     return evaluation.predict_offline(states, model, config, model_name)
 
@@ -30,7 +31,7 @@ def run_online(
     rollouts: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``online_episodes_<model>`` and ``online_steps_<model>``: one row per judged sandbox episode and one per
-    step of each (:func:`~rmsweb_kedro.evaluation.run_online`, on the ``params:rollouts`` backend)."""
+    step of each (:func:`~rmsweb_kedro.measures.evaluation.run_online`, on the ``params:rollouts`` backend)."""
     config = EvaluateParams.model_validate(params)
     return evaluation.run_online(tasks, model, config, model_name, rollouts)
 
@@ -75,7 +76,7 @@ def build_report(
     manifest: dict[str, Any] | None = None,
     ablations: str | None = None,
 ) -> str:
-    """``evaluation_report`` (report.md; :func:`~rmsweb_kedro.evaluation_report.build_report`), with the ablations'
+    """``evaluation_report`` (report.md; :func:`~rmsweb_kedro.measures.report.build_report`), with the ablations'
     section when the ablations pipeline re-renders it."""
     config = EvaluateParams.model_validate(params)
     return evaluation_report.build_report(

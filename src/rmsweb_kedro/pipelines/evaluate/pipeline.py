@@ -4,7 +4,8 @@ registry, which reuses them namespaced."""
 
 from kedro.pipeline import Node, Pipeline
 
-from rmsweb_kedro import evaluation, evaluation_report, reporting
+from rmsweb_kedro.measures import evaluation, reporting
+from rmsweb_kedro.measures import report as evaluation_report
 from rmsweb_kedro.pipelines import bind
 from rmsweb_kedro.pipelines.evaluate import nodes
 

@@ -1,5 +1,5 @@
 """Nodes of the ``judge_agreement`` pipeline: an LLM judge's verdicts on sandbox episodes whose outcome the sandbox
-checker knows, and how well they agree (statistics in :mod:`rmsweb_kedro.agreement`)."""
+checker knows, and how well they agree (statistics in :mod:`rmsweb_kedro.measures.agreement`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.agents.endpoint import Credentials
-from rmsweb_kedro.agents.factory import JudgeSpecConfig
-from rmsweb_kedro.agreement import agreement_table, failure_mode, stratified_sample
-from rmsweb_kedro.schema import Trajectory, tasks_from_frame
+from rmsweb_kedro.contracts.schema import Trajectory, tasks_from_frame
+from rmsweb_kedro.judges.choice import JudgeSpecConfig
+from rmsweb_kedro.measures.agreement import agreement_table, failure_mode, stratified_sample
+from rmsweb_kedro.models.endpoint import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ def judge_episodes(
     ``credentials``: Kedro's (``endpoint_credentials``), for the judge endpoint."""
     from tqdm.auto import tqdm
 
-    from rmsweb_kedro.agents.factory import build_judge
-    from rmsweb_kedro.episodes import final_answer
+    from rmsweb_kedro.episodes.episode import final_answer
+    from rmsweb_kedro.judges.choice import build_judge
 
     p = JudgeAgreementParams.model_validate(params)
     if p.judge.kind not in ("webjudge", "webvoyager"):
@@ -150,7 +150,7 @@ def summarize_agreement(
 def plot_agreement(table: pl.DataFrame, summary: dict[str, Any]) -> Any:
     """Accuracy with its interval per site, failure mode and policy (left), and the overall confusion matrix
     (right); the title names the judge and whether its prompts were the benchmark's own."""
-    from rmsweb_kedro.reporting import figure_panels
+    from rmsweb_kedro.measures.reporting import figure_panels
 
     figure, (left, right) = figure_panels(2, (5.5, 0.35 * table.height + 2.5))
     rows = list(reversed(table.filter(pl.col("accuracy").is_not_null()).rows(named=True)))

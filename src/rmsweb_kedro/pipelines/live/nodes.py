@@ -1,5 +1,5 @@
 """Nodes of the ``live`` pipeline: the benchmark tasks chosen, the policy run on their real websites and judged
-(:func:`rmsweb_kedro.live.run_live`, judges by task kind: :mod:`rmsweb_kedro.agents.judges`), and a summary
+(:func:`rmsweb_kedro.episodes.live.run_live`, judges by task kind: :mod:`rmsweb_kedro.judges.choice`), and a summary
 per benchmark. Parameters: ``params:live`` (conf/base/parameters_live.yml); the policy acts with
 ``params:evaluate.policy``.
 """
@@ -14,21 +14,21 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.agents.endpoint import Credentials, EndpointConfig
-from rmsweb_kedro.agents.factory import JudgeSpecConfig
-from rmsweb_kedro.agents.judges import judge_factory
-from rmsweb_kedro.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy, success_summary
-from rmsweb_kedro.live import protocol_label, run_live
-from rmsweb_kedro.reporting import with_counts
-from rmsweb_kedro.rollouts import CriticalPoints, Journal, Roles, fingerprint
-from rmsweb_kedro.schema import (
+from rmsweb_kedro.contracts.schema import (
     EPISODE_STEP_SCHEMA,
     episode_step_rows,
     tasks_from_frame,
     tasks_to_frame,
     trajectory_row,
 )
-from rmsweb_kedro.tasks.benchmarks.submission import SubmissionSchema
+from rmsweb_kedro.episodes.critical import CriticalPoints
+from rmsweb_kedro.episodes.live import protocol_label, run_live
+from rmsweb_kedro.episodes.rollouts import Journal, Roles, fingerprint
+from rmsweb_kedro.episodes.submission import SubmissionSchema
+from rmsweb_kedro.judges.choice import JudgeSpecConfig, judge_factory
+from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA, EvaluateParams, load_policy, success_summary
+from rmsweb_kedro.measures.reporting import with_counts
+from rmsweb_kedro.models.endpoint import Credentials, EndpointConfig
 
 logger = logging.getLogger(__name__)
 

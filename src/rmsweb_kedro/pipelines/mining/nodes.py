@@ -1,6 +1,6 @@
 """Nodes of the ``mining`` pipeline: probe the SFT policy offline (K samples on corpus states) and online (rollouts
-in the sandbox), keep the critical states, summarise failure modes. Probing is :mod:`rmsweb_kedro.probing`, the
-rules :mod:`rmsweb_kedro.mining`.
+in the sandbox), keep the critical states, summarise failure modes. Probing is :mod:`rmsweb_kedro.measures.probing`, the
+rules :mod:`rmsweb_kedro.measures.mining`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro import probing
-from rmsweb_kedro.mining import (
+from rmsweb_kedro.contracts.schema import ENV_TERMINATIONS, tasks_from_frame
+from rmsweb_kedro.measures import probing
+from rmsweb_kedro.measures.mining import (
     CRITICAL_STATE_SCHEMA,
     ORIGINS,
     FailureMode,
@@ -25,9 +26,8 @@ from rmsweb_kedro.mining import (
     unseen_states,
     with_origin,
 )
-from rmsweb_kedro.probing import MiningParams
-from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import ENV_TERMINATIONS, tasks_from_frame
+from rmsweb_kedro.measures.probing import MiningParams
+from rmsweb_kedro.measures.reporting import figure_panels
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def prepare_corpus(
     sft_states_train: pl.DataFrame, sft_states_probe: pl.DataFrame, params: dict[str, Any]
 ) -> pl.DataFrame:
     """The offline corpus: the STATE rows SFT trained on and the probe pool held out of it, ``in_sft`` saying which
-    (:func:`rmsweb_kedro.mining.corpus_states`), de-duplicated when ``mining.dedup`` (``n_copies`` counts folded
+    (:func:`rmsweb_kedro.measures.mining.corpus_states`), de-duplicated when ``mining.dedup`` (``n_copies`` counts folded
     copies)."""
     config = MiningParams.model_validate(params)
     states = corpus_states(sft_states_train, sft_states_probe)
@@ -56,7 +56,7 @@ def prepare_corpus(
 
 def probe_offline(corpus: pl.DataFrame, sft_model: Any, params: dict[str, Any]) -> pl.DataFrame:
     """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed) with the SFT policy; the
-    other rows keep null probe columns (:func:`rmsweb_kedro.probing.probe_corpus`)."""
+    other rows keep null probe columns (:func:`rmsweb_kedro.measures.probing.probe_corpus`)."""
     config = MiningParams.model_validate(params)
     return probing.probe_corpus(corpus, sft_model, config)
 
@@ -71,7 +71,7 @@ def probe_online(
 ) -> tuple[pl.DataFrame, dict[str, Any], pl.DataFrame]:
     """Greedy rollouts of the SFT policy in the sandbox on tasks with a successful reference (the training states
     and the probe pool, not de-duplicated: every task keeps all its reference states); the first divergence of
-    each failed rollout is a probed STATE row (:func:`rmsweb_kedro.probing.probe_online`). Returns the probed
+    each failed rollout is a probed STATE row (:func:`rmsweb_kedro.measures.probing.probe_online`). Returns the probed
     states, the rollouts' counts and their steps (``mining_online_steps``, for the viewer)."""
     config = MiningParams.model_validate(params)
     references = corpus_states(sft_states_train, sft_states_probe)

@@ -1,4 +1,4 @@
-"""The ``mining`` pipeline: wiring only (nodes in ``nodes.py``, rules in ``rmsweb_kedro.mining``)."""
+"""The ``mining`` pipeline: wiring only (nodes in ``nodes.py``, rules in ``rmsweb_kedro.measures.mining``)."""
 
 from kedro.pipeline import Node, Pipeline
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rmsweb_kedro.agents.endpoint import Credentials
+from rmsweb_kedro.models.endpoint import Credentials
 from rmsweb_kedro.tasks.proposer import ProposerParams, propose, to_jsonl
 
 

@@ -10,12 +10,13 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro.prompts import PromptConfig
-from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import conform_states, draw_states
-from rmsweb_kedro.states import split_by_task as states_split_by_task
+from rmsweb_kedro.contracts.prompts import PromptConfig
+from rmsweb_kedro.contracts.schema import conform_states
+from rmsweb_kedro.contracts.seeding import draw_states
+from rmsweb_kedro.measures.reporting import figure_panels
 from rmsweb_kedro.training.loop import LoopConfig
 from rmsweb_kedro.training.salvage_ds import SalvageDSParams, SamplerConfig
+from rmsweb_kedro.trajectories.states import split_by_task as states_split_by_task
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class SalvageDSNodeParams(BaseModel):
 
     @model_validator(mode="after")
     def _load_fields(self) -> SalvageDSNodeParams:
-        from rmsweb_kedro.modeling import LoadConfig
+        from rmsweb_kedro.models.modeling import LoadConfig
 
         reserved = {"path", "lora", "device"} & set(self.launch_load)
         if reserved:
@@ -68,11 +69,11 @@ def train_rmsweb_model(
 ) -> tuple[Any, pl.DataFrame, dict[str, Any]]:
     """Salvage-DS from the SFT model on the critical states: ``(rmsweb_model, salvage_ds_metrics, report)``.
 
-    Step success rate, competence and valid rate (rmsweb_kedro.scoring) are measured on three splits, before training (a step-0 row of
+    Step success rate, competence and valid rate (rmsweb_kedro.measures.scoring) are measured on three splits, before training (a step-0 row of
     the metrics) and at every evaluation (the last one is "after"): ``train`` (trained critical states),
     ``held_out`` (critical states of held-out tasks) and ``val`` (the SFT val steps, ``sft_states_val``). Each
     measurement draws from the same seeded random numbers, outside the training's RNG stream."""
-    from rmsweb_kedro.modeling import LoadedModel
+    from rmsweb_kedro.models.modeling import LoadedModel
     from rmsweb_kedro.training.salvage_ds import competence_eval_fn, train_salvage_ds
 
     config = SalvageDSNodeParams.model_validate(params)
@@ -133,7 +134,7 @@ def _train_launched(
     policy: Any, train: pl.DataFrame, splits: dict[str, list[dict]], config: SalvageDSNodeParams
 ):
     """Run the Salvage-DS entry point under ``accelerate launch`` (``training.launch``) and load what it saved."""
-    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.models.modeling import save_checkpoint
     from rmsweb_kedro.training.launch import run_launched
 
     work = Path(config.loop.output_dir) / "launch"

@@ -9,16 +9,16 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.modeling import LoadConfig, LoadedModel, ModelSizeConfig
-from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import draw_states
+from rmsweb_kedro.contracts.seeding import draw_states
+from rmsweb_kedro.measures.reporting import figure_panels
+from rmsweb_kedro.models.modeling import LoadConfig, LoadedModel, ModelSizeConfig
 from rmsweb_kedro.training.sft import SFTConfig
 
 logger = logging.getLogger(__name__)
 
 
 class AugmentationParams(BaseModel):
-    """Argument-swap copies of the training states (rmsweb_kedro.augmentation); 0 copies: off."""
+    """Argument-swap copies of the training states (rmsweb_kedro.trajectories.augmentation); 0 copies: off."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -50,7 +50,7 @@ class SFTParams(BaseModel):
 
 def _corpus(states: pl.DataFrame, config: SFTConfig) -> list[str]:
     """Every text the tiny tokenizer should know: the prompts' user turns and the reference replies."""
-    from rmsweb_kedro.prompts import build_messages
+    from rmsweb_kedro.contracts.prompts import build_messages
 
     texts = []
     for row in states.to_dicts():
@@ -64,7 +64,7 @@ def _corpus(states: pl.DataFrame, config: SFTConfig) -> list[str]:
 def build_base_model(sft_states_train: pl.DataFrame, params: dict[str, Any]) -> LoadedModel:
     """The untrained base: a configured checkpoint, or the tiny Qwen3-VL with a tokenizer trained on the
     training states' prompt texts (the action space is always in its corpus)."""
-    from rmsweb_kedro.modeling import build_tiny_model, load_model
+    from rmsweb_kedro.models.modeling import build_tiny_model, load_model
 
     config = SFTParams.model_validate(params)
     if config.base_checkpoint is not None:
@@ -78,7 +78,7 @@ def build_base_model(sft_states_train: pl.DataFrame, params: dict[str, Any]) -> 
 
 def augment_train_states(sft_states_train: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
     """The training states plus their argument-swap copies (none when ``augmentation.copies`` is 0)."""
-    from rmsweb_kedro.augmentation import augment_states
+    from rmsweb_kedro.trajectories.augmentation import augment_states
 
     config = SFTParams.model_validate(params)
     augmentation = config.augmentation
@@ -98,16 +98,16 @@ def val_step_metrics(
     model, processor, states: list[dict[str, Any]], config: SFTConfig, max_new_tokens: int = 48
 ) -> dict[str, Any]:
     """The step metrics (``scoring.step_rates``: ``step_success_rate``, ``invalid_format_rate``, ...) of the
-    model's greedy replies on ``states``, scored by :func:`rmsweb_kedro.scoring.score_states`."""
+    model's greedy replies on ``states``, scored by :func:`rmsweb_kedro.measures.scoring.score_states`."""
     from rmsweb_kedro.agents.hf_policy import HFPolicy
-    from rmsweb_kedro.scoring import ScoringConfig, score_states, step_rates
+    from rmsweb_kedro.measures.scoring import ScoringConfig, score_states, step_rates
 
     policy = HFPolicy(model, processor, prompt=config.prompt, greedy=True)
     return step_rates(score_states(states, policy, ScoringConfig(max_new_tokens=max_new_tokens)))
 
 
 def _token_stats(processor, states: list[dict[str, Any]], config: SFTConfig) -> dict[str, float]:
-    from rmsweb_kedro.prompts import build_messages
+    from rmsweb_kedro.contracts.prompts import build_messages
 
     tokens, truncated = 0, 0
     for row in states:
@@ -127,7 +127,7 @@ def _train_launched(
 ):
     """Run the SFT entry point under ``accelerate launch`` (several processes) and load what it saved; the launched
     processes load the saved base with every field of ``checkpoint`` (``base_checkpoint``) but its path."""
-    from rmsweb_kedro.modeling import save_checkpoint
+    from rmsweb_kedro.models.modeling import save_checkpoint
     from rmsweb_kedro.training.launch import job_checkpoint, run_launched
 
     work = Path(config.loop.output_dir) / "launch"

@@ -1,6 +1,6 @@
 """Nodes of ``sft_data``: successful trajectories -> one policy state per step, split by task into train, val and
 the probe pool (states mining probes that SFT never trains on), with stats (the library:
-:mod:`rmsweb_kedro.states`)."""
+:mod:`rmsweb_kedro.trajectories.states`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rmsweb_kedro import states
-from rmsweb_kedro.prompts import PromptConfig
+from rmsweb_kedro.contracts.prompts import PromptConfig
+from rmsweb_kedro.trajectories import states
 
 
 class SFTDataParams(BaseModel):
@@ -37,7 +37,7 @@ class SFTDataParams(BaseModel):
 
 def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataFrame) -> pl.DataFrame:
     """One STATE row per step of each successful trajectory; a step of a successful trajectory whose action did
-    not parse stops the run with its ids (:func:`rmsweb_kedro.states.from_trajectories`)."""
+    not parse stops the run with its ids (:func:`rmsweb_kedro.trajectories.states.from_trajectories`)."""
     return states.from_trajectories(shortened_trajectories, shortened_steps)
 
 
@@ -45,7 +45,7 @@ def split_by_task(
     sft_states: pl.DataFrame, params: dict[str, Any]
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Train, val and probe states, each task in exactly one part (``val_fraction`` and ``probe_fraction`` of the
-    tasks, seeded; :func:`rmsweb_kedro.states.split_train_val_probe`). With ``probe_fraction: 0`` the probe part
+    tasks, seeded; :func:`rmsweb_kedro.trajectories.states.split_train_val_probe`). With ``probe_fraction: 0`` the probe part
     is empty and train/val are the two-way split's."""
     config = SFTDataParams.model_validate(params)
     return states.split_train_val_probe(sft_states, config.val_fraction, config.probe_fraction, config.seed)

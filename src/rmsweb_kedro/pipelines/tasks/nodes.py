@@ -8,8 +8,8 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.reporting import figure_panels
-from rmsweb_kedro.schema import tasks_to_frame
+from rmsweb_kedro.contracts.schema import tasks_to_frame
+from rmsweb_kedro.measures.reporting import figure_panels
 from rmsweb_kedro.tasks.sources import TasksParams, assemble
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
 

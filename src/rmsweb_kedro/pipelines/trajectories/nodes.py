@@ -1,5 +1,5 @@
 """Nodes of the ``trajectories`` pipeline: validate raw trajectory files into tables and a quarantine
-(:mod:`rmsweb_kedro.ingest`), account for every record, shorten successes (:mod:`rmsweb_kedro.shortening`)."""
+(:mod:`rmsweb_kedro.trajectories.ingest`), account for every record, shorten successes (:mod:`rmsweb_kedro.trajectories.shortening`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rmsweb_kedro import ingest, shortening
-from rmsweb_kedro.reporting import figure_panels
+from rmsweb_kedro.measures.reporting import figure_panels
+from rmsweb_kedro.trajectories import ingest, shortening
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def validate_trajectories(
 def report_ingest(
     trajectories: pl.DataFrame, steps: pl.DataFrame, quarantine: pl.DataFrame, counts: dict[str, Any]
 ) -> dict[str, Any]:
-    """The row-accounting report; raises :class:`rmsweb_kedro.ingest.IngestAccountingError` unless records in =
+    """The row-accounting report; raises :class:`rmsweb_kedro.trajectories.ingest.IngestAccountingError` unless records in =
     accepted + quarantined."""
     return ingest.account(trajectories, steps, quarantine, counts)
 

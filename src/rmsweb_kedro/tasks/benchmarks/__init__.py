@@ -1,4 +1,4 @@
-"""Public benchmark task files (WebVoyager, Online-Mind2Web, WebTailBench) as :class:`~rmsweb_kedro.schema.Task`
+"""Public benchmark task files (WebVoyager, Online-Mind2Web, WebTailBench) as :class:`~rmsweb_kedro.contracts.schema.Task`
 records, and the command that downloads them."""
 
 from rmsweb_kedro.tasks.benchmarks.loaders import (

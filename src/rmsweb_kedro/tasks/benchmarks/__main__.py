@@ -8,13 +8,9 @@ import argparse
 import logging
 import sys
 
-from rmsweb_kedro.tasks.benchmarks.download import (
-    PROMPT_FILES,
-    REMOTE_FILES,
-    DownloadError,
-    download,
-    mirrored,
-)
+from rmsweb_kedro.contracts.remote import DownloadError, download, mirrored
+from rmsweb_kedro.judges.prompts import PROMPT_FILES
+from rmsweb_kedro.tasks.benchmarks.download import REMOTE_FILES
 from rmsweb_kedro.tasks.benchmarks.loaders import BenchmarkFileError, load_folder
 
 

@@ -1,7 +1,7 @@
 """Loaders for the public benchmark task files: WebVoyager (with its reference answers, the GAIA web subset and
-Fara's cleaned file), Online-Mind2Web and WebTailBench, into :class:`~rmsweb_kedro.schema.Task` records.
+Fara's cleaned file), Online-Mind2Web and WebTailBench, into :class:`~rmsweb_kedro.contracts.schema.Task` records.
 
-A task's ``site`` is the registrable domain of its start page (:func:`rmsweb_kedro.sites.site_of`), as everywhere
+A task's ``site`` is the registrable domain of its start page (:func:`rmsweb_kedro.contracts.sites.site_of`), as everywhere
 in the project; the benchmark's own label stays in ``metadata`` (WebVoyager's ``web_name``, WebTailBench's
 ``category``).
 
@@ -30,8 +30,8 @@ from pydantic import (
     field_validator,
 )
 
-from rmsweb_kedro.schema import QUARANTINE_SCHEMA, JudgeSpec, Task, level_for_length
-from rmsweb_kedro.sites import site_of
+from rmsweb_kedro.contracts.schema import QUARANTINE_SCHEMA, JudgeSpec, Task, level_for_length
+from rmsweb_kedro.contracts.sites import site_of
 
 #: Quarantined raw text is cut to this many characters.
 RAW_LIMIT = 500

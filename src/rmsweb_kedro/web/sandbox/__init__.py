@@ -13,10 +13,9 @@ from rmsweb_kedro.web.sandbox.reference import (
     resolve_equivalents,
     resolve_step,
 )
-from rmsweb_kedro.web.sandbox.registry import Route, Site, all_sites
+from rmsweb_kedro.web.sandbox.registry import Route, Site, World, all_sites
 from rmsweb_kedro.web.sandbox.server import DOMAIN, SandboxServer, site_url
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
-from rmsweb_kedro.web.sandbox.world import World
 
 __all__ = [
     "DOMAIN",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rmsweb_kedro.actions import normalize_answer, normalize_text
-from rmsweb_kedro.schema import JudgedBy, Task, Verdict
+from rmsweb_kedro.contracts.actions import normalize_answer, normalize_text
+from rmsweb_kedro.contracts.schema import JudgedBy, Task, Verdict
 from rmsweb_kedro.web.sandbox.registry import collections
 
 JUDGE_NAME = "sandbox-checker/v1"

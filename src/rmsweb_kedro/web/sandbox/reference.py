@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rmsweb_kedro.actions import TARGETED, Action, ActionType, format_action, normalize_text
-from rmsweb_kedro.schema import Element, Observation
+from rmsweb_kedro.contracts.actions import TARGETED, Action, ActionType, format_action, normalize_text
+from rmsweb_kedro.contracts.schema import Element, Observation
 
 ReferenceStep = dict[str, Any]
 _PLACEHOLDER = 987654321  # an element id no page has; replaced by "{id}" in the canonical text

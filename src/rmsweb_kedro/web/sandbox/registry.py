@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from rmsweb_kedro.contracts.seeding import stable_rng
 from rmsweb_kedro.web.sandbox.pages import Request, Response, State, help_page, not_found
+from rmsweb_kedro.web.sandbox.world import DATES, REAL_WORDS, made_up_words
 
 if TYPE_CHECKING:
     from rmsweb_kedro.web.sandbox.steps import Template
-    from rmsweb_kedro.web.sandbox.world import World
 
 SITES_PACKAGE = "rmsweb_kedro.web.sandbox.sites"
 
@@ -104,3 +105,32 @@ def templates() -> dict[str, tuple[str, Template]]:
                 raise ValueError(f"task template {name!r} is defined by sites {found[name][0]} and {s.name}")
             found[name] = (s.name, template)
     return found
+
+
+@dataclass
+class World:
+    """The value pools for one seed, and each site's data (built on first use)."""
+
+    seed: int = 0
+    pools: dict[str, list[str]] = field(init=False)
+    made_up: set[str] = field(init=False)
+    _sites: dict[str, Any] = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        rng = stable_rng("pools", self.seed)
+        taken = {w.lower() for words in REAL_WORDS.values() for w in words}
+        taken |= {w.lower() for site in all_sites().values() for w in site.reserved_words}
+        self.pools = {}
+        self.made_up = set()
+        for name, real in REAL_WORDS.items():
+            fake = made_up_words(rng, len(real), taken)
+            self.made_up |= set(fake)
+            merged = [w for pair in zip(real, fake, strict=True) for w in pair]
+            self.pools[name] = merged
+        self.pools["dates"] = list(DATES)
+
+    def site(self, name: str) -> Any:
+        """The seeded data of site ``name`` (its package's ``Site.data``), built once."""
+        if name not in self._sites:
+            self._sites[name] = site(name).data(self)
+        return self._sites[name]

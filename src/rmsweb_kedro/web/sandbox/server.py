@@ -19,8 +19,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from rmsweb_kedro.web.sandbox.pages import Request, Response
-from rmsweb_kedro.web.sandbox.registry import all_sites, collections
-from rmsweb_kedro.web.sandbox.world import World
+from rmsweb_kedro.web.sandbox.registry import World, all_sites, collections
 
 logger = logging.getLogger(__name__)
 

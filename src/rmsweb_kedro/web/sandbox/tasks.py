@@ -10,11 +10,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rmsweb_kedro.schema import JudgeSpec, Task, level_for_length
-from rmsweb_kedro.web.sandbox.registry import all_sites, templates
+from rmsweb_kedro.contracts.schema import JudgeSpec, Task, level_for_length
+from rmsweb_kedro.contracts.seeding import stable_rng
+from rmsweb_kedro.web.sandbox.registry import World, all_sites, templates
 from rmsweb_kedro.web.sandbox.server import site_url
 from rmsweb_kedro.web.sandbox.steps import Draft, Pools, Template
-from rmsweb_kedro.web.sandbox.world import World, stable_rng
 
 logger = logging.getLogger(__name__)
 

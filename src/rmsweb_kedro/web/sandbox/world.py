@@ -1,6 +1,7 @@
 """The sandbox's seeded ground truth: the value pools every site draws from (half real words, half made-up) and
 the seeded helpers; each site's own data is built by its package (``Site.data``) and reached with
-:meth:`World.site`.
+:meth:`~rmsweb_kedro.web.sandbox.registry.World.site` (the world of one seed lives with the registry of sites it
+draws for).
 
 Everything is a pure function of the seed, so the server, the task generator and the checkers agree without
 sharing state.
@@ -8,10 +9,9 @@ sharing state.
 
 from __future__ import annotations
 
-import hashlib
 import random
-from dataclasses import dataclass, field
-from typing import Any
+
+from rmsweb_kedro.contracts.seeding import stable_rng
 
 _SYLLABLES = [
     "ka",
@@ -30,12 +30,6 @@ _SYLLABLES = [
     "fen",
     "mar",
 ]
-
-
-def stable_rng(*keys: object) -> random.Random:
-    """A random generator determined by ``keys`` alone (not by Python's per-process string hashing)."""
-    digest = hashlib.sha256("|".join(map(str, keys)).encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
 
 
 def made_up_words(rng: random.Random, count: int, taken: set[str]) -> list[str]:
@@ -88,36 +82,3 @@ def search_rank(query: str, names: list[str], seed: object, limit: int = 5) -> l
     chosen = [i for _, i in best]
     stable_rng("display", seed, query.lower()).shuffle(chosen)
     return chosen
-
-
-@dataclass
-class World:
-    """The value pools for one seed, and each site's data (built on first use)."""
-
-    seed: int = 0
-    pools: dict[str, list[str]] = field(init=False)
-    made_up: set[str] = field(init=False)
-    _sites: dict[str, Any] = field(init=False, default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        from rmsweb_kedro.web.sandbox.registry import all_sites
-
-        rng = stable_rng("pools", self.seed)
-        taken = {w.lower() for words in REAL_WORDS.values() for w in words}
-        taken |= {w.lower() for site in all_sites().values() for w in site.reserved_words}
-        self.pools = {}
-        self.made_up = set()
-        for name, real in REAL_WORDS.items():
-            fake = made_up_words(rng, len(real), taken)
-            self.made_up |= set(fake)
-            merged = [w for pair in zip(real, fake, strict=True) for w in pair]
-            self.pools[name] = merged
-        self.pools["dates"] = list(DATES)
-
-    def site(self, name: str) -> Any:
-        """The seeded data of site ``name`` (its package's ``Site.data``), built once."""
-        if name not in self._sites:
-            from rmsweb_kedro.web.sandbox.registry import site
-
-            self._sites[name] = site(name).data(self)
-        return self._sites[name]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from rmsweb_kedro.web.sandbox.world import World, stable_rng
+from rmsweb_kedro.contracts.seeding import stable_rng
+from rmsweb_kedro.web.sandbox.registry import World
 
 AIRLINES = ["SK", "LH", "AF", "KL", "ZV"]
 SORT_FLIGHTS = ["Recommended", "Price: low to high", "Departure time"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from rmsweb_kedro.web.sandbox.world import World, search_rank, stable_rng
+from rmsweb_kedro.contracts.seeding import stable_rng
+from rmsweb_kedro.web.sandbox.registry import World
+from rmsweb_kedro.web.sandbox.world import search_rank
 
 DISHES = ["soup", "pie", "tacos", "risotto", "bread", "curry"]
 

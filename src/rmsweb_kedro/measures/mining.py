@@ -1,0 +1,563 @@
+"""Failure-mode mining, the pure part: the failure taxonomy, de-duplication, competence, the selection of critical
+states and the first divergence of a failed rollout from a successful reference.
+
+Everything here works on Actions and polars tables; the nodes in ``pipelines/mining`` add the model and the browser.
+
+The taxonomy is a closed set assigned by rules from action semantics (``actions.semantically_equal`` and
+``actions.normalized_argument``), first matching rule wins:
+
+=====================  ======================================================================================
+``environment_error``  the environment itself failed on this state (crash, timeout): not the policy's fault
+``invalid_format``     the model's output does not parse as one action
+``premature_end``      the policy answers or stops where the reference still acts
+``never_stops``        the reference answers or stops here; the policy acts on
+``repeats_itself``     the policy repeats one of its last ``repeat_window`` actions (a loop)
+``off_task_navigation`` the policy navigates (goto, go_back) where the reference does not, or goes to another site
+``wrong_action_type``  another kind of action than the reference's
+``wrong_element``      the reference's action type on another element (or point)
+``wrong_argument``     the reference's action on the right element with another text, option, url, key, ...
+=====================  ======================================================================================
+
+A sample that is semantically equal to the reference has no failure mode (``None``). A whole failed episode has an
+:class:`EpisodeFailure` (how it ended: step limit, unparseable output, wrong answer, wrong final state, or the
+environment's error), the same taxonomy seen at the episode's end.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import polars as pl
+
+from rmsweb_kedro.contracts.actions import (
+    Action,
+    ActionParseError,
+    ActionType,
+    format_action,
+    normalize_url,
+    parse_action,
+    same_target,
+    semantically_equal,
+)
+from rmsweb_kedro.contracts.schema import (
+    ENV_TERMINATIONS,
+    STATE_SCHEMA,
+    Observation,
+    Step,
+    Task,
+    Trajectory,
+    conform_states,
+)
+
+
+class FailureMode(StrEnum):
+    ENVIRONMENT_ERROR = "environment_error"
+    INVALID_FORMAT = "invalid_format"
+    PREMATURE_END = "premature_end"
+    NEVER_STOPS = "never_stops"
+    REPEATS_ITSELF = "repeats_itself"
+    OFF_TASK_NAVIGATION = "off_task_navigation"
+    WRONG_ACTION_TYPE = "wrong_action_type"
+    WRONG_ELEMENT = "wrong_element"
+    WRONG_ARGUMENT = "wrong_argument"
+
+
+class EpisodeFailure(StrEnum):
+    """The taxonomy's episode side: why a failed episode failed, from how it ended (a checker or judge knows that
+    the outcome was wrong, not at which step). The evaluation report counts failed episodes by it; the judge
+    agreement stratifies its sample by it."""
+
+    # the environment failed: neither success nor failure (the step side's mode of the same name)
+    ENVIRONMENT_ERROR = FailureMode.ENVIRONMENT_ERROR.value
+    MODEL_ERROR = "model_error"  # the policy's outputs did not parse, or its endpoint failed
+    STEP_LIMIT = "step_limit"  # never finished within the step limit
+    WRONG_ANSWER = "wrong_answer"  # answered, and the answer does not match
+    WRONG_STATE = "wrong_state"  # stopped, and the site's state does not hold the expected record
+    OTHER = "other"  # ended another way (e.g. stopped at a critical point) and was judged a failure
+
+
+#: A judged failure's mode by its ``termination``; any other termination is ``OTHER``.
+_ENDINGS = {
+    "max_steps": EpisodeFailure.STEP_LIMIT,
+    "model_error": EpisodeFailure.MODEL_ERROR,
+    "answer": EpisodeFailure.WRONG_ANSWER,
+    "stop": EpisodeFailure.WRONG_STATE,
+}
+
+
+def classify_episode(success: bool | None, termination: str | None) -> EpisodeFailure | None:
+    """The mode of an episode by its verdict (``success``; None: the environment failed) and how it ended, or None
+    for a success."""
+    if success is None:
+        return EpisodeFailure.ENVIRONMENT_ERROR
+    if success:
+        return None
+    return _ENDINGS.get(termination or "", EpisodeFailure.OTHER)
+
+
+TERMINAL = frozenset({ActionType.ANSWER, ActionType.STOP})
+NAVIGATION = frozenset({ActionType.GOTO, ActionType.GO_BACK})
+
+#: The columns mining adds to STATE_SCHEMA in ``critical_states``.
+MINED_COLUMNS = pl.Schema(
+    {
+        "source": pl.String,  # "offline" (a corpus state) or "online" (a state reached by a policy rollout)
+        # SFT trained on the state (offline: it is in sft_states_train; online: its task's reference is), or not
+        # (the probe pool, sft_states_probe, held out of SFT)
+        "in_sft": pl.Boolean,
+        "n_copies": pl.Int32,  # identical states folded into this row by de-duplication
+        "n_samples": pl.Int32,  # K sampled actions scored for competence (0: not probed)
+        "competence": pl.Float64,  # share of the K samples semantically equal to the reference; null: not probed
+        "greedy_action": pl.String,  # canonical text, or null when the greedy output did not parse
+        "step_success": pl.Boolean,  # the greedy action does what the reference does
+        "failure_mode": pl.String,  # a FailureMode value, or null when no sample was wrong
+        "sampled_actions": pl.List(pl.String),  # canonical texts; "<invalid: reason>" for unparsed outputs
+        "selection": pl.String,  # "critical", "ballast" (rl_corpus: mined) or "full" (rl_corpus: full)
+    }
+)
+CRITICAL_STATE_SCHEMA = pl.Schema({**STATE_SCHEMA, **MINED_COLUMNS})
+
+#: What makes two states identical: the policy would see the same prompt and be asked for the same action.
+DEDUP_KEY = ("instruction", "previous_actions", "axtree", "reference_action")
+
+
+def _host(url: str) -> str:
+    return normalize_url(url).split("/", 1)[0]
+
+
+def _as_references(reference: Action | Sequence[Action]) -> list[Action]:
+    return [reference] if isinstance(reference, Action) else list(reference)
+
+
+def is_right(action: Action | None, references: Sequence[Action]) -> bool:
+    """``action`` does what one of the reference actions does (``actions.semantically_equal``)."""
+    return any(semantically_equal(action, ref) for ref in references)
+
+
+def classify_failure(
+    sample: Action | None,
+    reference: Action | Sequence[Action],
+    previous_actions: Sequence[Action] = (),
+    *,
+    state_url: str | None = None,
+    env_error: bool = False,
+    repeat_window: int = 1,
+) -> FailureMode | None:
+    """The failure mode of ``sample`` (None: it did not parse) against ``reference`` (one action, or the set of
+    actions that are right there: the first is the one a wrong sample is compared with), or None when it is right.
+
+    ``previous_actions`` are the policy's earlier actions in the episode, oldest first; ``state_url`` is the page the
+    state was on (an off-site ``goto`` is recognised against it and against the reference's url).
+    """
+    if env_error:
+        return FailureMode.ENVIRONMENT_ERROR
+    if sample is None:
+        return FailureMode.INVALID_FORMAT
+    references = _as_references(reference)
+    if is_right(sample, references):
+        return None
+    reference = references[0]
+    if sample.type in TERMINAL and reference.type not in TERMINAL:
+        return FailureMode.PREMATURE_END
+    if reference.type in TERMINAL and sample.type not in TERMINAL:
+        return FailureMode.NEVER_STOPS
+    recent = previous_actions[-repeat_window:] if repeat_window > 0 else ()
+    if any(semantically_equal(sample, earlier) for earlier in recent):
+        return FailureMode.REPEATS_ITSELF
+    if sample.type in NAVIGATION and reference.type not in NAVIGATION:
+        return FailureMode.OFF_TASK_NAVIGATION
+    if sample.type == ActionType.GOTO:
+        allowed_hosts = {_host(u) for u in (state_url, reference.url) if u}
+        if _host(sample.url or "") not in allowed_hosts:
+            return FailureMode.OFF_TASK_NAVIGATION
+    if sample.type != reference.type:
+        return FailureMode.WRONG_ACTION_TYPE
+    if not same_target(sample, reference):
+        return FailureMode.WRONG_ELEMENT
+    return FailureMode.WRONG_ARGUMENT
+
+
+def reference_action(state: dict[str, Any]) -> Action:
+    """The parsed reference action of a STATE row; a clear error naming the state when it does not parse."""
+    try:
+        return parse_action(state["reference_action"])
+    except ActionParseError as err:
+        raise ValueError(
+            f"state {state['state_id']}: field reference_action {state['reference_action']!r} does not parse: "
+            f"{err.reason}"
+        ) from None
+
+
+def parse_history(texts: Iterable[str] | None) -> list[Action]:
+    """Earlier actions from their canonical texts; a text that does not parse cannot be repeated, so it is skipped."""
+    history = []
+    for text in texts or ():
+        try:
+            history.append(parse_action(text))
+        except ActionParseError:
+            continue
+    return history
+
+
+# ---------------------------------------------------------------- competence
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled policy output: the parsed action, or None and the parse error."""
+
+    action: Action | None
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The canonical action text, or ``<invalid: reason>``."""
+        return str(self.action) if self.action is not None else f"<invalid: {self.error or 'no action'}>"
+
+
+@dataclass(frozen=True)
+class StateScore:
+    """What probing found on one state."""
+
+    n_samples: int
+    competence: float
+    greedy_action: str | None
+    step_success: bool  # the greedy action's
+    failure_mode: FailureMode | None
+    sampled_actions: list[str]
+
+
+def score_state(
+    samples: Sequence[Sample],
+    greedy: Sample,
+    reference: Action | Sequence[Action],
+    previous_actions: Sequence[Action] = (),
+    *,
+    state_url: str | None = None,
+    repeat_window: int = 1,
+) -> StateScore:
+    """Competence (share of ``samples`` semantically equal to ``reference``, or to one of a set of references) and
+    the failure mode of the greedy action when it is wrong, else of the most frequent wrong sample (ties: the first
+    sampled); None if none is wrong.
+    """
+    if not samples:
+        raise ValueError("competence needs at least one sample (K >= 1)")
+    references = _as_references(reference)
+
+    def right(action: Action | None) -> bool:
+        return is_right(action, references)
+
+    def mode(sample: Sample) -> FailureMode | None:
+        return classify_failure(
+            sample.action, references, previous_actions, state_url=state_url, repeat_window=repeat_window
+        )
+
+    correct = sum(right(s.action) for s in samples)
+    failure = mode(greedy)
+    if failure is None:
+        wrong = Counter(s.label for s in samples if not right(s.action))
+        if wrong:
+            majority = wrong.most_common(1)[0][0]
+            failure = mode(next(s for s in samples if s.label == majority))
+    return StateScore(
+        n_samples=len(samples),
+        competence=correct / len(samples),
+        greedy_action=str(greedy.action) if greedy.action is not None else None,
+        step_success=right(greedy.action),
+        failure_mode=failure,
+        sampled_actions=[s.label for s in samples],
+    )
+
+
+# ---------------------------------------------------------------- de-duplication and selection
+
+
+def _keyed(states: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    missing = [c for c in DEDUP_KEY if c not in states.columns]
+    if missing:
+        raise ValueError(f"states table lacks the de-duplication columns {missing}")
+    # a list column as one string; the unit separator cannot occur in canonical action texts
+    keyed = states.with_columns(pl.col("previous_actions").list.join("\x1f").alias("_history"))
+    return keyed, ["instruction", "_history", "axtree", "reference_action"]
+
+
+def with_origin(states: pl.DataFrame) -> pl.DataFrame:
+    """``states`` with ``in_sft``; a table from before the probe pool existed lacks it, and every state it holds was
+    one SFT trained on (mining probed sft_states_train only), so it gets true."""
+    return states if "in_sft" in states.columns else states.with_columns(pl.lit(True).alias("in_sft"))
+
+
+def corpus_states(trained: pl.DataFrame, held_out: pl.DataFrame) -> pl.DataFrame:
+    """The states mining probes: STATE rows of ``trained`` (SFT trained on them: ``in_sft`` true) then of
+    ``held_out`` (the probe pool, held out of SFT: ``in_sft`` false). Trained rows come first, so that
+    de-duplication keeps a trained copy of a state in both (SFT did see it) and, with no probe pool, the corpus is
+    the trained states in their order."""
+    parts = [
+        conform_states(frame, name).select(STATE_SCHEMA.names()).with_columns(pl.lit(flag).alias("in_sft"))
+        for frame, name, flag in ((trained, "sft_states_train", True), (held_out, "sft_states_probe", False))
+    ]
+    return pl.concat(parts)
+
+
+def deduplicate_states(states: pl.DataFrame) -> pl.DataFrame:
+    """One row per identical state (:data:`DEDUP_KEY`), the first in table order, with ``n_copies`` counting them."""
+    keyed, key = _keyed(states)
+    return (
+        keyed.with_columns(
+            pl.len().over(key, mapping_strategy="group_to_rows").cast(pl.Int32).alias("n_copies")
+        )
+        .unique(subset=key, keep="first", maintain_order=True)
+        .drop("_history")
+    )
+
+
+def unseen_states(states: pl.DataFrame, known: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``states`` identical (:data:`DEDUP_KEY`) to no row of ``known``."""
+    keyed, key = _keyed(states)
+    known_keys = _keyed(known)[0].select(key).unique()
+    return keyed.join(known_keys, on=key, how="anti", nulls_equal=True).drop("_history")
+
+
+def select_states(
+    scored: pl.DataFrame,
+    *,
+    competence_threshold: float,
+    ballast_share: float,
+    cap: int | None,
+    seed: int,
+) -> pl.DataFrame:
+    """The mined RL set: every probed state with competence below the threshold (``critical``, hardest first),
+    plus routine states drawn at random (``ballast``) so they make ``ballast_share`` of the set; at most ``cap``
+    rows, split in the same proportion. Unprobed states (null competence) are never selected.
+    """
+    if not 0.0 <= ballast_share < 1.0:
+        raise ValueError(f"mining.ballast_share must be in [0, 1), got {ballast_share}")
+    probed = scored.filter(pl.col("competence").is_not_null())
+    critical = probed.filter(pl.col("competence") < competence_threshold).sort(
+        ["competence", "state_id"], maintain_order=True
+    )
+    routine = probed.filter(pl.col("competence") >= competence_threshold)
+    n_critical = critical.height
+    if cap is not None and n_critical > cap - round(cap * ballast_share):
+        n_critical = cap - round(cap * ballast_share)
+    n_ballast = min(routine.height, round(n_critical * ballast_share / (1.0 - ballast_share)))
+    rows = random.Random(seed).sample(range(routine.height), n_ballast)
+    return pl.concat(
+        [
+            critical.head(n_critical).with_columns(pl.lit("critical").alias("selection")),
+            routine[sorted(rows)].with_columns(pl.lit("ballast").alias("selection")),
+        ]
+    )
+
+
+#: The two origins of a probed state: SFT trained on it (``in_sft`` true), or it was held out of SFT.
+ORIGINS = {"in_sft": True, "not_in_sft": False}
+
+
+def is_critical(competence_threshold: float) -> pl.Expr:
+    """Probed (competence not null) and below the threshold."""
+    return pl.col("competence").is_not_null() & (pl.col("competence") < competence_threshold)
+
+
+def origin_report(
+    offline: pl.DataFrame, online: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float
+) -> dict[str, Any]:
+    """Where the critical states came from, per origin (:data:`ORIGINS`): for each source (offline corpus states,
+    online states of rollouts on the origin's tasks) the states, the probed ones, the critical ones, their share
+    of the probed and the mean competence; and the mined set's rows by selection."""
+
+    def stats(frame: pl.DataFrame) -> dict[str, Any]:
+        probed = frame.filter(pl.col("competence").is_not_null())
+        critical = int(probed.filter(is_critical(competence_threshold)).height)
+        return {
+            "states": frame.height,
+            "probed": probed.height,
+            "critical": critical,
+            "critical_share": critical / probed.height if probed.height else None,
+            "mean_competence": float(probed["competence"].mean()) if probed.height else None,
+        }
+
+    offline, online, mined = with_origin(offline), with_origin(online), with_origin(mined)
+    report: dict[str, Any] = {}
+    for origin, flag in ORIGINS.items():
+        mine = pl.col("in_sft") == flag
+        report[origin] = {
+            "offline": stats(offline.filter(mine)),
+            "online": stats(online.filter(mine)),
+            "selected": dict(mined.filter(mine).group_by("selection").len().sort("selection").iter_rows()),
+        }
+    return report
+
+
+def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float) -> dict[str, Any]:
+    """How concentrated the RL set is: share of routine states (competence >= threshold) and mean competence in the
+    probed corpus against the mined set, counted per state and weighted by duplicate copies (where the critical
+    states came from is :func:`origin_report`'s)."""
+
+    def stats(frame: pl.DataFrame) -> dict[str, Any]:
+        probed = frame.filter(pl.col("competence").is_not_null())
+        if probed.is_empty():
+            return {"states": frame.height, "probed": 0, "share_routine": None, "mean_competence": None}
+        routine = probed["competence"] >= competence_threshold
+        weights = probed["n_copies"].cast(pl.Float64)
+        return {
+            "states": frame.height,
+            "probed": probed.height,
+            "share_routine": float(routine.mean()),
+            "share_routine_weighted": float((weights * routine.cast(pl.Float64)).sum() / weights.sum()),
+            "mean_competence": float(probed["competence"].mean()),
+        }
+
+    corpus_stats, mined_stats = stats(corpus), stats(mined)
+    ratio = None
+    if corpus_stats["share_routine"] is not None and mined_stats["share_routine"] is not None:
+        critical_corpus = 1.0 - corpus_stats["share_routine"]
+        critical_mined = 1.0 - mined_stats["share_routine"]
+        ratio = critical_mined / critical_corpus if critical_corpus > 0 else math.inf
+    return {"corpus": corpus_stats, "mined": mined_stats, "critical_enrichment": ratio}
+
+
+# ---------------------------------------------------------------- online: first divergence from a reference
+
+
+def failure_mode_table(probed: pl.DataFrame, env_failed: int, competence_threshold: float) -> pl.DataFrame:
+    """Per source (offline, online) and failure mode, every mode listed with zeros included: the number of critical
+    states among ``probed`` (competence below the threshold), how many of them SFT trained on (``n_in_sft``) and
+    how many it did not (``n_not_in_sft``: the probe pool), their share of the source's critical states and their
+    mean competence. ``env_failed`` online rollouts the environment failed leave no state; they are the online
+    ``environment_error`` count (their origin columns are null)."""
+    critical = with_origin(probed).filter(is_critical(competence_threshold))
+    grid = pl.DataFrame(
+        [(source, mode.value) for source in ("offline", "online") for mode in FailureMode],
+        schema={"source": pl.String, "failure_mode": pl.String},
+        orient="row",
+    )
+    counts = critical.group_by("source", "failure_mode").agg(
+        pl.len().alias("n_states"),
+        pl.col("in_sft").eq(True).sum().alias("n_in_sft"),
+        pl.col("in_sft").eq(False).sum().alias("n_not_in_sft"),
+        pl.col("competence").mean().alias("mean_competence"),
+    )
+    if env_failed:
+        env_row = {
+            "source": "online",
+            "failure_mode": FailureMode.ENVIRONMENT_ERROR.value,
+            "n_states": env_failed,
+        }
+        counts = pl.concat([counts, pl.DataFrame([env_row])], how="diagonal_relaxed")
+    by_origin = ("n_in_sft", "n_not_in_sft")
+    table = grid.join(counts, on=["source", "failure_mode"], how="left").with_columns(
+        # a mode with no critical state has zero of each origin; the environment's row has no states to tell
+        *(
+            pl.when(pl.col("n_states").is_null()).then(0).otherwise(pl.col(c)).cast(pl.Int64).alias(c)
+            for c in by_origin
+        ),
+        pl.col("n_states").fill_null(0).cast(pl.Int64),
+    )
+    return table.with_columns(
+        (pl.col("n_states") / pl.col("n_states").sum().over("source")).fill_nan(0.0).alias("share")
+    ).select("source", "failure_mode", "n_states", *by_origin, "share", "mean_competence")
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def page_key(url: str, axtree: str | None) -> tuple[str, str]:
+    """A page state as alignment sees it: the url without scheme and host (rollouts and references may run on
+    servers at different ports) and the accessibility tree with whitespace folded."""
+    path = normalize_url(url).partition("/")[2]
+    return path, _SPACE.sub(" ", axtree or "").strip()
+
+
+def reference_index(references: pl.DataFrame) -> dict[tuple[str, str], list[Action]]:
+    """Page state -> the reference actions taken there, from successful reference states (STATE rows) of one task."""
+    index: dict[tuple[str, str], list[Action]] = {}
+    for row in references.iter_rows(named=True):
+        action = reference_action(row)
+        actions = index.setdefault(page_key(row["url"], row["axtree"]), [])
+        if not any(semantically_equal(action, a) for a in actions):
+            actions.append(action)
+    return index
+
+
+def first_divergence(
+    steps: Sequence[Step], index: dict[tuple[str, str], list[Action]]
+) -> tuple[int, Action] | None:
+    """The first step of a rollout on a page state a reference also reached where the rollout's action is not one
+    the reference took there: (step index, the reference action). Steps on pages no reference saw are passed over
+    (the rollout may come back); None when the rollout never diverges on an aligned page.
+    """
+    for step in steps:
+        taken = index.get(page_key(step.url, step.axtree))
+        if taken and not any(semantically_equal(step.action, a) for a in taken):
+            return step.index, taken[0]
+    return None
+
+
+def state_row(
+    task: Task,
+    trajectory: Trajectory,
+    index: int,
+    reference: Action,
+    thought: str | None = None,
+    screenshot_prefix: str = "",
+) -> dict[str, Any]:
+    """The STATE row of step ``index`` of ``trajectory`` (its observation and the actions before it, as the
+    policy's prompt shows them: ``prompts.state_from_live``) with ``reference`` as the action to take. The step's
+    screenshot (relative to the trajectory's screenshot folder) gets ``screenshot_prefix`` in front, the way from
+    the prompt's ``image_root`` to that folder, so the row carries its image like a corpus state."""
+    from rmsweb_kedro.contracts.prompts import state_from_live
+
+    step = trajectory.steps[index]
+    observation = Observation(url=step.url, axtree=step.axtree or "")
+    row = state_from_live(task, observation, trajectory.steps[:index])
+    row.update(
+        state_id=f"{trajectory.id}:{index}",
+        trajectory_id=trajectory.id,
+        step_index=index,
+        screenshot=f"{screenshot_prefix}{step.screenshot}" if step.screenshot else None,
+        reference_thought=thought,
+        reference_action=format_action(reference),
+    )
+    return {name: row.get(name) for name in STATE_SCHEMA.names()}
+
+
+def divergence_states(
+    rollouts: Sequence[Trajectory],
+    tasks: dict[str, Task],
+    references: pl.DataFrame,
+    screenshot_prefix: str = "",
+) -> tuple[pl.DataFrame, dict[str, int]]:
+    """STATE rows for the first divergence of each failed rollout from the successful references of its task
+    (``references``: STATE rows), built from the rollout's observation and history, with the reference action
+    (screenshots as :func:`state_row`); and counts of what happened to the rollouts. Rollouts the environment
+    failed are counted, never blamed."""
+    by_task = {task_id: reference_index(group) for (task_id,), group in references.group_by("task_id")}
+    counts = Counter({"rollouts": len(rollouts)})
+    rows = []
+    for rollout in rollouts:
+        if rollout.termination in ENV_TERMINATIONS:  # env_error, blocked, judge_error: never the policy's
+            counts[rollout.termination] += 1
+            continue
+        if rollout.success:
+            counts["success"] += 1
+            continue
+        counts["failure"] += 1
+        if rollout.task_id not in by_task:
+            counts["no_reference"] += 1
+            continue
+        found = first_divergence(rollout.steps, by_task[rollout.task_id])
+        if found is None:
+            counts["no_aligned_divergence"] += 1
+            continue
+        index, reference = found
+        rows.append(state_row(tasks[rollout.task_id], rollout, index, reference, None, screenshot_prefix))
+        counts["diverged"] += 1
+    return pl.DataFrame(rows, schema=STATE_SCHEMA), dict(counts)

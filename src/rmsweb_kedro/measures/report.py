@@ -1,0 +1,524 @@
+"""The evaluation's report, the library part: the comparison table, collection statistics, failure modes, training
+curves and the paper's claims beside what this run measured, as tables, figures, markdown and HTML. Plots are
+matplotlib figures (catalog datasets save them); tables, figures and statistics are made with
+:mod:`rmsweb_kedro.measures.reporting`. Used by the ``evaluate`` pipeline and, for its re-rendered report, ``ablations``. A
+library module: typed configs (:class:`~rmsweb_kedro.measures.evaluation.EvaluateParams`), no catalog names, no ``params:``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from rmsweb_kedro.measures.evaluation import Claim, EvaluateParams, distinct_episodes, paired_outcomes
+from rmsweb_kedro.measures.mining import EpisodeFailure, classify_episode
+from rmsweb_kedro.measures.reporting import (
+    BOOTSTRAP_INTERVAL,
+    PAIRED_INTERVAL,
+    as_percent,
+    figure_panels,
+    markdown_table,
+    mcnemar_exact_p,
+    paired_bootstrap,
+    paired_difference_interval,
+    reflection_step_pairs,
+    reflection_steps,
+    steps_saved_pct,
+    with_counts,
+)
+
+# ---------------------------------------------------------------- collection statistics
+
+
+#: The columns of the collection table, from the collect pipeline's ``collection_stats`` (per mode).
+COLLECTION_COLUMNS = {
+    "tasks": pl.Int64,
+    "attempts": pl.Int64,
+    "env_errors": pl.Int64,
+    "blocked": pl.Int64,
+    "judge_errors": pl.Int64,
+    "yield": pl.Float64,
+    "attempts_per_success": pl.Float64,
+    "mean_steps_success": pl.Float64,
+    "tokens_per_verified": pl.Float64,
+    "cost_usd_per_verified": pl.Float64,
+}
+
+
+def collection_table(collection_stats: dict[str, Any]) -> pl.DataFrame:
+    """One row per collection mode of the collect pipeline's ``collection_stats``: yield (tasks with a verified
+    success), attempts per success, mean steps of successful trajectories, tokens and cost per verified one."""
+    rows = [
+        {"mode": mode, **{k: summary.get(k) for k in COLLECTION_COLUMNS}}
+        for mode, summary in (collection_stats or {}).get("modes", {}).items()
+    ]
+    return pl.DataFrame(rows, schema={"mode": pl.String, **COLLECTION_COLUMNS})
+
+
+# ---------------------------------------------------------------- claims
+
+
+@dataclass(frozen=True)
+class Measure:
+    """This run's figure for a claim: the value (None: not measured), how it was measured (or why not), and its
+    interval at the report's confidence (same unit as the value), over ``n`` pairs by the method ``interval``."""
+
+    value: float | None
+    how: str
+    low: float | None = None
+    high: float | None = None
+    n: int | None = None
+    interval: str | None = None
+    p_value: float | None = None
+
+
+def paired_points(
+    rows: pl.DataFrame, first: str, second: str, confidence: float, *, offline: bool = False
+) -> Measure:
+    """``first``'s success minus ``second``'s in points, paired (:func:`~rmsweb_kedro.measures.evaluation.paired_outcomes`):
+    online episodes by task and run (environment errors left out), or with ``offline`` the held-out states' step
+    success by state; with Newcombe's paired interval and McNemar's exact p-value (:mod:`rmsweb_kedro.measures.reporting`)."""
+    if offline:
+        counts = paired_outcomes(rows, first, second, on=("state_id",), outcome="step_success")
+        what, row, items = "offline step success", "offline prediction", "held-out states scored for both"
+        none = "no held-out state scored for both models"
+    else:
+        counts = paired_outcomes(rows, first, second)
+        what, row = "online success", "online episode"
+        items = (
+            "(task, run) pairs judged for both (environment errors left out; greedy repeats of a task with the "
+            "same outcomes count once)"
+        )
+        none = "no (task, run) judged for both models"
+    both, only_first, only_second, neither = counts
+    n = both + only_first + only_second + neither
+    what = f"{first} − {second} {what}, in points"
+    if n == 0:
+        missing = [m for m in (first, second) if m not in set(rows["model"].to_list())]
+        why = f"no {row} of {', '.join(missing)}" if missing else none
+        return Measure(None, f"{what}: not measured ({why})", n=0)
+    low, high = paired_difference_interval(both, only_first, only_second, neither, confidence)
+    p_value = mcnemar_exact_p(only_first, only_second)
+    test = "no discordant pair" if p_value is None else f"McNemar exact p = {p_value:.3g}"
+    how = (
+        f"{what}, over the {n} {items}: "
+        f"{only_first} won by {first} alone, {only_second} by {second} alone; {test}"
+    )
+    return Measure(
+        100 * (only_first - only_second) / n, how, 100 * low, 100 * high, n, PAIRED_INTERVAL, p_value
+    )
+
+
+def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: EvaluateParams) -> Measure:
+    """% fewer steps ``first`` takes than ``second`` on the (task, run) pairs both solved online (greedy repeats
+    once: :func:`~rmsweb_kedro.measures.evaluation.distinct_episodes`), ``100 (1 −
+    mean(first) / mean(second))`` (:func:`~rmsweb_kedro.measures.reporting.steps_saved_pct`), with a paired bootstrap
+    interval over those pairs (``bootstrap_resamples`` resamples, seeded with ``seed``)."""
+    greedy = ["greedy"] if "greedy" in episodes.columns else []
+    won = episodes.filter(pl.col("success").fill_null(False)).select(
+        "model", "task_id", "run", "n_steps", *greedy
+    )
+    pairs = won.filter(pl.col("model") == first).join(
+        won.filter(pl.col("model") == second), on=["task_id", "run"], suffix="_b"
+    )
+    pairs = distinct_episodes(pairs, ("n_steps", "n_steps_b"))  # greedy repeats: one pair, not one a run
+    what = f"steps on the sandbox tasks both {first} and {second} solved online, % fewer for {first}"
+    if pairs.is_empty():
+        return Measure(None, f"{what}: not measured (no task solved by both)", n=0)
+    ours, theirs = pairs["n_steps"].to_list(), pairs["n_steps_b"].to_list()
+    low, high = paired_bootstrap(
+        ours, theirs, steps_saved_pct, config.bootstrap_resamples, config.seed, config.confidence
+    )
+    how = f"{what}, over the {pairs.height} (task, run) pairs both solved; " + (
+        "no interval: under 2 pairs to resample"
+        if low is None
+        else f"{config.bootstrap_resamples} resamples of those pairs, seed {config.seed}"
+    )
+    return Measure(
+        float(steps_saved_pct(ours, theirs)), how, low, high, pairs.height,
+        None if low is None else BOOTSTRAP_INTERVAL,
+    )  # fmt: skip
+
+
+def paired_measure(
+    claim: Claim, episodes: pl.DataFrame, predictions: pl.DataFrame, config: EvaluateParams
+) -> Measure:
+    """A :data:`~rmsweb_kedro.measures.evaluation.PAIRED_MEASURES` claim between its two ``models``."""
+    first, second = claim.models
+    if claim.key == "online_success_points":
+        return paired_points(episodes, first, second, config.confidence)
+    if claim.key == "offline_step_points":
+        return paired_points(predictions, first, second, config.confidence, offline=True)
+    return online_steps_saved(episodes, first, second, config)
+
+
+def reflection_saving(collection_log: pl.DataFrame, config: EvaluateParams) -> Measure:
+    """% of steps reflection_retries saves on the tasks both it and a baseline mode solved (the first baseline of
+    :data:`~rmsweb_kedro.measures.reporting.STEP_BASELINES` with such a task), with a paired bootstrap interval over those
+    tasks (``bootstrap_resamples`` resamples, seeded with ``seed``)."""
+    row = next(
+        (
+            r
+            for r in reflection_steps(collection_log).iter_rows(named=True)
+            if r["steps_saved_pct"] is not None
+        ),
+        None,
+    )
+    if row is None:
+        return Measure(
+            None,
+            "not measured in this run: needs reflection_retries and single/independent_retries collections "
+            "(the ablations pipeline, or collect.modes with several modes)",
+        )
+    pairs = reflection_step_pairs(collection_log).filter(
+        (pl.col("baseline") == row["baseline"]) & pl.col("solved") & pl.col("solved_b")
+    )
+    low, high = paired_bootstrap(
+        pairs["steps"].to_list(), pairs["steps_b"].to_list(), steps_saved_pct,
+        config.bootstrap_resamples, config.seed, config.confidence,
+    )  # fmt: skip
+    how = (
+        f"steps of the successful collected trajectory, reflection_retries vs {row['baseline']}, % fewer, "
+        f"over the {row['solved_both']} tasks both solved (of {row['tasks']}); "
+        + (
+            "no interval: under 2 tasks to resample"
+            if low is None
+            else f"{config.bootstrap_resamples} resamples of those tasks, seed {config.seed}"
+        )
+    )
+    return Measure(
+        row["steps_saved_pct"],
+        how,
+        low,
+        high,
+        row["solved_both"],
+        None if low is None else BOOTSTRAP_INTERVAL,
+    )
+
+
+def measures(
+    episodes: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
+) -> dict[str, Measure]:
+    """How this run measures each claim key that names no ``models`` (those are :func:`paired_measure`'s)."""
+    return {"reflection_steps_saved_pct": reflection_saving(collection_log, config)}
+
+
+#: The claims table's columns: the paper's claim, this run's figure with its interval (``low``-``high`` over ``n``
+#: pairs or tasks by the method ``interval``; ``resolved``: the interval excludes 0) and how it was measured.
+CLAIMS_SCHEMA = pl.Schema(
+    {"claim": pl.String, "paper": pl.String, "this_run": pl.Float64, "low": pl.Float64, "high": pl.Float64,
+     "n": pl.Int64, "interval": pl.String, "resolved": pl.Boolean, "p_value": pl.Float64, "same_direction": pl.Boolean,
+     "within_paper_range": pl.Boolean, "measured_as": pl.String}
+)  # fmt: skip
+
+
+def claims_table(
+    episodes: pl.DataFrame, predictions: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
+) -> pl.DataFrame:
+    """The paper's claims (``config.claims``) beside this run's figure (:func:`measures`, or :func:`paired_measure`
+    for a claim naming two ``models``), its interval and whether the direction agrees: every claim is stated as a
+    gain (points gained, % of steps saved), so agreeing means a positive figure; ``resolved`` says whether the
+    interval excludes 0 (None when there is no interval)."""
+    measured = measures(episodes, collection_log, config)
+    rows = []
+    for claim in config.claims:
+        m = (
+            paired_measure(claim, episodes, predictions, config)
+            if claim.models
+            else measured.get(claim.key, Measure(None, f"unknown measure {claim.key!r}"))
+        )
+        rows.append(
+            {"claim": claim.claim, "paper": claim.paper, "this_run": m.value, "low": m.low, "high": m.high,
+             "n": m.n, "interval": m.interval, "p_value": m.p_value,
+             "resolved": None if m.low is None or m.high is None else m.low > 0 or m.high < 0,
+             "same_direction": None if m.value is None else m.value > 0,
+             "within_paper_range": None if m.value is None or claim.paper_low is None or claim.paper_high is None
+             else claim.paper_low <= m.value <= claim.paper_high, "measured_as": m.how}
+        )  # fmt: skip
+    return pl.DataFrame(rows, schema=CLAIMS_SCHEMA)
+
+
+# ---------------------------------------------------------------- plots
+
+
+def plot_success_vs_cost(comparison: pl.DataFrame):
+    """Online success (with its interval) against cost per task: the accuracy-cost trade-off."""
+    fig, (ax,) = figure_panels()
+    for row in comparison.iter_rows(named=True):
+        if row["success_rate"] is None:
+            continue
+        # Token count stands in for cost when the cost model prices everything at 0 (a local run).
+        x = row["cost_per_task_usd"] or row["tokens_per_task"] or 0.0
+        err = [
+            [100 * (row["success_rate"] - row["success_low"])],
+            [100 * (row["success_high"] - row["success_rate"])],
+        ]
+        ax.errorbar([x], [100 * row["success_rate"]], yerr=err, fmt="o", capsize=4)
+        ax.annotate(row["model"], (x, 100 * row["success_rate"]), textcoords="offset points", xytext=(6, 4))
+    priced = comparison["cost_per_task_usd"].drop_nulls().sum() > 0 if comparison.height else False
+    ax.set_xlabel("cost per task (USD)" if priced else "tokens per task (cost model prices them at 0)")
+    ax.set_ylabel("success rate (%)")
+    ax.set_title("Success vs cost")
+    ax.set_ylim(-5, 105)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_steps_on_solved(episodes: pl.DataFrame):
+    """Histogram of the steps taken on solved tasks, per model."""
+    fig, (ax,) = figure_panels()
+    solved = episodes.filter(pl.col("success").fill_null(False))
+    top = int(solved["n_steps"].max() or 1) if solved.height else 1
+    for model in episodes["model"].unique(maintain_order=True).to_list():
+        steps = solved.filter(pl.col("model") == model)["n_steps"].to_list()
+        ax.hist(
+            steps, bins=range(1, top + 2), alpha=0.5, label=f"{model} ({len(steps)} solved)", align="left"
+        )
+    ax.set_xlabel("steps on a solved task")
+    ax.set_ylabel("episodes")
+    ax.set_title("Steps on solved tasks")
+    if episodes.height:
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+#: The report's words for mining's episode taxonomy (a wrong answer and a wrong final state are both a wrong outcome).
+EPISODE_FAILURE_WORDS = {
+    EpisodeFailure.ENVIRONMENT_ERROR: "environment error",
+    EpisodeFailure.STEP_LIMIT: "ran out of steps",
+    EpisodeFailure.MODEL_ERROR: "unparseable output",
+    EpisodeFailure.WRONG_ANSWER: "wrong outcome",
+    EpisodeFailure.WRONG_STATE: "wrong outcome",
+    EpisodeFailure.OTHER: "wrong outcome",
+}
+
+
+#: The report's words for where a wrong typed or chosen string came from (``evaluation.argument_origin``).
+ARGUMENT_ORIGIN_WORDS = {
+    "expected": "the right string, another field wrong",
+    "in_task_or_page": "copied from the wrong place",
+    "first_word_only": "first word copied, the rest not",
+    "elsewhere": "not in the task or page",
+}
+
+
+def failure_modes(predictions: pl.DataFrame, episodes: pl.DataFrame) -> pl.DataFrame:
+    """Counts per model of why a step was wrong offline, where a failed episode first left its task's reference
+    solution (``online first wrong step``: ``evaluation.reference_divergence``; a wrong string argument split by
+    where it came from) and why an episode failed online: mining's taxonomy (``mining.FailureMode``, which scoring
+    labels every reply with; ``mining.EpisodeFailure`` for episodes), in words."""
+    offline = predictions.filter(~pl.col("step_success")).select(
+        "model",
+        pl.lit("offline step").alias("where"),
+        pl.col("failure_mode").fill_null("other").str.replace_all("_", " ").alias("mode"),
+    )
+    failed = episodes.filter(~pl.col("success").fill_null(False))
+    words = [
+        EPISODE_FAILURE_WORDS[classify_episode(success, termination)]
+        for success, termination in failed.select("success", "termination").iter_rows()
+    ]
+    online = failed.select(
+        "model", pl.lit("online episode").alias("where"), pl.Series("mode", words, dtype=pl.String)
+    )
+    origin = pl.col("divergence_argument").replace_strict(ARGUMENT_ORIGIN_WORDS, default=None)
+    first_wrong = failed.filter(pl.col("divergence_mode").is_not_null()).select(
+        "model",
+        pl.lit("online first wrong step").alias("where"),
+        pl.concat_str(
+            pl.col("divergence_mode").str.replace_all("_", " "),
+            pl.when(origin.is_not_null()).then(pl.format(" ({})", origin)).otherwise(pl.lit("")),
+        ).alias("mode"),
+    )
+    return (
+        pl.concat([offline, first_wrong, online])
+        .group_by("model", "where", "mode", maintain_order=True)
+        .len("count")
+    )
+
+
+def plot_failure_modes(modes: pl.DataFrame):
+    """Stacked bars per model: failure modes of offline steps, of online episodes' first wrong steps, and of
+    online episodes; a mode keeps its colour in every panel, and each legend sits under its panel."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab20"]
+    colours = {
+        mode: palette(i % palette.N) for i, mode in enumerate(sorted(modes["mode"].unique().to_list()))
+    }
+    fig, panels = figure_panels(3, panel_size=(6.0, 5.5))
+    for ax, where in zip(panels, ("offline step", "online first wrong step", "online episode"), strict=True):
+        part = modes.filter(pl.col("where") == where)
+        models = part["model"].unique(maintain_order=True).to_list()
+        bottom = [0] * len(models)
+        for mode in sorted(part["mode"].unique().to_list()):
+            counts = [
+                int(part.filter((pl.col("model") == m) & (pl.col("mode") == mode))["count"].sum())
+                for m in models
+            ]
+            ax.bar(models, counts, bottom=bottom, label=mode, color=colours[mode])
+            bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
+        ax.set_title(f"Failure modes: {where}s")
+        ax.set_ylabel("count")
+        if models:
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def history_rows(metrics: Any) -> list[dict[str, Any]]:
+    """Training history rows ``{"step", "train/loss", "eval/loss", ...}`` (as the training loop's
+    ``LoopResult.history``) from a table, a list of rows, or a dict holding them under ``history``."""
+    if metrics is None:
+        return []
+    if isinstance(metrics, pl.DataFrame):
+        return metrics.to_dicts()
+    if isinstance(metrics, dict):
+        return list(metrics.get("history", []))
+    return list(metrics)
+
+
+def plot_training_curves(sft_metrics: Any, salvage_ds_metrics: Any):
+    """Loss curves of SFT and Salvage-DS (every ``*loss*`` series of each history, by optimizer step)."""
+    fig, panels = figure_panels(2)
+    for ax, (name, metrics) in zip(
+        panels, (("SFT", sft_metrics), ("Salvage-DS", salvage_ds_metrics)), strict=True
+    ):
+        rows = [r for r in history_rows(metrics) if "step" in r]
+        series = sorted({k for r in rows for k in r if "loss" in k})
+        for key in series:
+            points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+            ax.plot(*zip(*points, strict=True), label=key, marker="." if len(points) < 20 else None)
+        ax.set_title(f"{name} training" + ("" if series else " (no history)"))
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("loss")
+        if series:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- the report
+
+
+def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: float) -> str:
+    """One honest sentence on what the online episodes can tell apart at this n, and one per paired difference of
+    the claims table (its interval and whether it is resolved)."""
+    judged = comparison.filter(pl.col("success_rate").is_not_null()) if comparison.height else comparison
+    if judged.height == 0:
+        return "No online episode was judged in this run."
+    n = judged["episodes"] - judged["env_errors"].fill_null(0)
+    if judged["success_rate"].max() == 0:
+        top = judged["success_high"].max()
+        return (
+            f"No model solved any online episode ({int(n.min())}–{int(n.max())} judged episodes each): at this n a "
+            f"true success rate up to {100 * top:.0f} % is consistent with 0 successes ({confidence:.0%} Wilson), "
+            "so the online figures cannot separate the models; the offline step metrics can."
+        )
+    widest = float((judged["success_high"] - judged["success_low"]).max())
+    sentence = (
+        f"Online figures rest on {int(n.min())}–{int(n.max())} judged episodes per model; their Wilson intervals "
+        f"are up to {100 * widest:.0f} points wide."
+    )
+    paired = [
+        f"{r['claim']}: {r['this_run']:+.1f} points ({r['low']:+.1f} to {r['high']:+.1f}, "
+        f"{r['interval']}, {r['n']} pairs), {'resolved' if r['resolved'] else 'not resolved'}"
+        for r in claims.filter(pl.col("interval") == PAIRED_INTERVAL).iter_rows(named=True)
+    ]
+    if not paired:
+        return sentence + " Differences inside them are not resolved at this n."
+    return f"{sentence} Paired over the same episodes ({confidence:.0%}): " + "; ".join(paired) + "."
+
+
+def build_report(
+    comparison: pl.DataFrame,
+    breakdown: pl.DataFrame,
+    kinds: pl.DataFrame,
+    claims: pl.DataFrame,
+    collection: pl.DataFrame,
+    steps: pl.DataFrame,
+    modes: pl.DataFrame,
+    config: EvaluateParams,
+    manifest: dict[str, Any] | None = None,
+    ablations: str | None = None,
+) -> str:
+    """``report.md``: the run manifest (``provenance.manifest_markdown``: commit, packages, seeds, checkpoints,
+    judges, hardware, MLflow run), what was compared and how, the tables, the figures (files beside the report);
+    with ``ablations`` (the ablations pipeline's markdown section), that section too."""
+    from rmsweb_kedro.runs.provenance import manifest_markdown
+
+    online = config.online
+    rate_columns = ["action_type_accuracy", "element_accuracy", "argument_match", "step_success_rate",
+                    "invalid_format_rate", "success_rate", "success_low", "success_high", "run_std"]  # fmt: skip
+    offline_cols = ["model", "n_states", "action_type_accuracy", "element_accuracy", "argument_match",
+                    "step_success_rate", "invalid_format_rate"]  # fmt: skip
+    online_cols = ["model", "episodes", "env_errors", "blocked", "judge_errors", "distinct_episodes", "successes",
+                   "success_rate", "success_low", "success_high", "run_std", "steps_on_solved", "tokens_per_task",
+                   "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
+    table = as_percent(with_counts(comparison), rate_columns)
+    figures = "\n".join(f"![{name}]({path})" for name, path in config.figures.items())
+    sections = [
+        "# RMSWeb evaluation report",
+        manifest_markdown(manifest),
+        "Rates in %. Online success is over judged episodes (environment failures are counted apart, never as the "
+        f"agent's failure); `successes` gives k/n over the {online.runs} run(s); the interval is Wilson's at "
+        f"{config.confidence:.0%} over the `distinct_episodes` (greedy repeats of a task with the same outcome "
+        "are one episode); `run_std` is the spread of the per-run rates.",
+        f"Online protocol: sandbox splits {online.splits}, up to {online.max_tasks} tasks on the training sites and "
+        f"{online.max_held_out_tasks} on the held-out sites {online.held_out_sites}, max {online.max_steps} steps, "
+        f"{'greedy' if online.greedy else f'sampled (T={online.temperature})'} decoding, judge: the sandbox "
+        f"checker. Cost model: {config.cost.prompt_usd_per_million} / {config.cost.completion_usd_per_million} USD "
+        "per million prompt / completion tokens.",
+        "## Offline step metrics (held-out states)",
+        markdown_table(table.select([c for c in offline_cols if c in table.columns])),
+        "### Step success by kind of state",
+        "What each held-out state asks for (`evaluation.step_kind`: the reference action's type and its element's "
+        "role; `link the task names`: an item to pick out of a list by the name the task gives), with Wilson's "
+        f"{config.confidence:.0%} interval.",
+        markdown_table(as_percent(kinds, ["step_success_rate", "success_low", "success_high"])),
+        "## Online success in the sandbox",
+        markdown_table(table.select([c for c in online_cols if c in table.columns])),
+        online_caveat(comparison, claims, config.confidence),
+        "### By site group, sandbox split, site and level",
+        markdown_table(as_percent(breakdown, ["success_rate", "success_low", "success_high"])),
+        "## The paper's claims and this run",
+        f"Each figure with its {config.confidence:.0%} interval (`low`–`high`, same unit, over `n` pairs or tasks, "
+        "by the method `interval`); `resolved`: the interval excludes 0. Online differences pair the two models' "
+        "episodes of the same task and run (environment errors left out; greedy repeats with the same outcomes "
+        "count once), offline ones their replies at the same "
+        "held-out state, and take Newcombe's paired score interval with McNemar's exact `p_value`; steps saved "
+        "take a paired bootstrap over the tasks both modes solved "
+        f"({config.bootstrap_resamples} resamples, seed {config.seed}).",
+        markdown_table(claims),
+        "A toy-scale default run (tiny model, minutes of CPU) shows whether each stage works and points the right "
+        "way, not the paper's sizes; the production configuration (`--env production`) is where sizes are measured.",
+        "## Collection statistics",
+        markdown_table(as_percent(collection, ["yield"])),
+        "### Steps on solved tasks: reflection_retries vs the other modes (paired, same tasks, same budget)",
+        markdown_table(steps),
+        "## Failure modes",
+        markdown_table(modes),
+        "## Figures",
+        figures or "_(no figures configured)_",
+    ]
+    if ablations:
+        sections.append(ablations.strip())
+    return "\n\n".join(sections) + "\n"
+
+
+def report_html(report: str) -> str:
+    """``report.html``: the markdown report rendered (markdown-it); figures are the same files beside it."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(report)
+    style = (
+        "body{font-family:sans-serif;max-width:70em;margin:auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}"
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>RMSWeb evaluation report</title>"
+        f"<style>{style}</style></head><body>{body}</body></html>\n"
+    )

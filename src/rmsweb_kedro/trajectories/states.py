@@ -1,0 +1,139 @@
+"""Policy states (``schema.STATE_SCHEMA`` rows) from the trajectory tables: one per step of each successful
+trajectory, what the teacher saw and the action it took; the split of states by task (train, val and the probe
+pool mining probes but SFT never trains on); their size as prompts."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from typing import Any
+
+import polars as pl
+
+from rmsweb_kedro.contracts.prompts import PromptConfig, build_messages, reference_reply
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA, STEP_SCHEMA, TRAJECTORY_SCHEMA
+
+logger = logging.getLogger(__name__)
+
+
+def _require_columns(frame: pl.DataFrame, schema: pl.Schema, name: str) -> None:
+    missing = [c for c in schema.names() if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name}: missing columns {missing} (expected schema.{name.upper()}_SCHEMA)")
+
+
+def from_trajectories(trajectories: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """One STATE row per step of each successful trajectory: what the teacher saw and the action it took.
+
+    ``previous_actions`` holds every earlier action (the prompt shows the last k). A step whose action did not
+    parse cannot be a target; it is an error in a successful trajectory, so it stops the run with its ids.
+    """
+    _require_columns(trajectories, TRAJECTORY_SCHEMA, "trajectory")
+    _require_columns(steps, STEP_SCHEMA, "step")
+    successful = trajectories.filter(pl.col("success").fill_null(False))
+    steps = steps.join(successful.select("trajectory_id", "site", "instruction"), on="trajectory_id").sort(
+        "trajectory_id", "index"
+    )
+    unparsed = steps.filter(pl.col("action").is_null())
+    if unparsed.height:
+        first = unparsed.row(0, named=True)
+        raise ValueError(
+            f"shortened_steps: {unparsed.height} step(s) of successful trajectories have no action, e.g. "
+            f"trajectory {first['trajectory_id']!r} step {first['index']} (field 'action')"
+        )
+    states = steps.with_columns(
+        pl.concat_str("trajectory_id", pl.lit(":"), pl.col("index").cast(pl.String)).alias("state_id"),
+        pl.col("index").cast(pl.Int32).alias("step_index"),
+        pl.col("action").cum_count().over("trajectory_id").alias("_n"),
+        pl.col("action").implode().over("trajectory_id").alias("_actions"),
+        pl.col("thought").alias("reference_thought"),
+        pl.col("action").alias("reference_action"),
+        pl.col("equivalent_actions").fill_null([]),
+    ).with_columns(pl.col("_actions").list.head(pl.col("_n") - 1).alias("previous_actions"))
+    states = states.select(STATE_SCHEMA.names()).cast(dict(STATE_SCHEMA))
+    logger.info(
+        "%d states from %d successful trajectories (of %d)",
+        states.height,
+        successful.height,
+        trajectories.height,
+    )
+    return states
+
+
+def _task_rank(task_id: str, seed: int) -> str:
+    return hashlib.sha256(f"{seed}:{task_id}".encode()).hexdigest()
+
+
+def split_by_task(states: pl.DataFrame, val_fraction: float, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Train and val states with no task on both sides: a seeded hash order of task ids, the first
+    ``val_fraction`` of tasks (at least one when there are two or more) held out (:func:`split_train_val_probe`
+    with no probe pool)."""
+    train, val, _ = split_train_val_probe(states, val_fraction, 0.0, seed)
+    return train, val
+
+
+def split_train_val_probe(
+    states: pl.DataFrame, val_fraction: float, probe_fraction: float, seed: int
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Train, val and probe states, each task in exactly one part: a seeded hash order of task ids, its first
+    ``val_fraction`` of tasks val (at least one when there are two or more), the next ``probe_fraction`` the probe
+    pool (at least one when the fraction is positive and a task is left for train; never the last train task),
+    the rest train. Val comes first so that a probe pool never moves a task in or out of val: the val tasks are
+    the same at every ``probe_fraction``, and with 0 train is what it was before the pool existed."""
+    if val_fraction + probe_fraction >= 1:
+        raise ValueError(
+            f"val_fraction {val_fraction} + probe_fraction {probe_fraction} >= 1 leaves no task to train on"
+        )
+    tasks = sorted(states["task_id"].unique().to_list(), key=lambda t: _task_rank(t, seed))
+    n_val = round(len(tasks) * val_fraction)
+    if val_fraction > 0 and len(tasks) >= 2:
+        n_val = max(1, n_val)
+    left = len(tasks) - n_val
+    n_probe = round(len(tasks) * probe_fraction)
+    if probe_fraction > 0 and left >= 2:
+        n_probe = max(1, n_probe)
+    n_probe = max(0, min(n_probe, left - 1))
+    val_tasks, probe_tasks = tasks[:n_val], tasks[n_val : n_val + n_probe]
+    is_val, is_probe = pl.col("task_id").is_in(val_tasks), pl.col("task_id").is_in(probe_tasks)
+    train = states.filter(~is_val & ~is_probe)
+    val, probe = states.filter(is_val), states.filter(is_probe)
+    logger.info(
+        "split by task: %d train states (%d tasks), %d val states (%d tasks), %d probe states (%d tasks)",
+        train.height,
+        left - n_probe,
+        val.height,
+        n_val,
+        probe.height,
+        n_probe,
+    )
+    return train, val, probe
+
+
+def describe(parts: dict[str, pl.DataFrame], prompt: PromptConfig) -> dict[str, Any]:
+    """Samples, tasks, approximate tokens (4 characters a token: the tokenizer is built later, in ``sft``) and the
+    share of observations cut to the prompt's budget, per part (``train``, ``val``, ``probe``, ...); raises when a
+    task is in two parts."""
+    stats: dict[str, Any] = {"prompt": prompt.model_dump()}
+    for name, frame in parts.items():
+        rows = frame.to_dicts()
+        built = [build_messages(row, prompt, with_reference=True) for row in rows]
+        chars = [sum(len(p.get("text", "")) for m in msgs for p in m["content"]) for msgs, _ in built]
+        target_chars = [len(reference_reply(row, prompt)) for row in rows]
+        stats[name] = {
+            "samples": len(rows),
+            "tasks": frame["task_id"].n_unique(),
+            "trajectories": frame["trajectory_id"].n_unique(),
+            "approx_tokens": sum(chars) // 4,
+            "approx_target_tokens": sum(target_chars) // 4,
+            "mean_approx_tokens": (sum(chars) / 4 / len(rows)) if rows else 0.0,
+            "truncation_rate": (sum(info["truncated"] for _, info in built) / len(rows)) if rows else 0.0,
+            "action_types": dict(Counter(row["reference_action"].split("(")[0] for row in rows)),
+        }
+    names = list(parts)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            overlap = set(parts[first]["task_id"].to_list()) & set(parts[second]["task_id"].to_list())
+            if overlap:
+                raise ValueError(f"tasks in both {first} and {second}: {sorted(overlap)[:5]}")
+    return stats
