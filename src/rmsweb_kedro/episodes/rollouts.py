@@ -37,6 +37,10 @@ Files. The driver makes every per-episode path absolute (``screenshot_dir``, ``r
 leaves it: an actor's working folder is its node's, not the project's. A lost try's files are removed before the
 episode is queued again (and each try empties its folder first: ``episodes.run_episode``), so the retry's steps
 reference only the retry's screenshots.
+
+One module because the rollout engine is one concept: the episode settings, the journal that makes a run
+resumable and the two backends (browser threads, Ray actors), which must behave alike, share their retry and
+time-limit rules.
 """
 
 from __future__ import annotations

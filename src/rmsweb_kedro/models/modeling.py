@@ -8,6 +8,10 @@ Device and dtype are decided in one place, :func:`resolve_device` and :func:`res
 process's accelerator, as Accelerate sees it, and bf16 there; the CPU and float32 otherwise). Every stage that runs
 the policy (SFT's accuracy, mining, Salvage-DS, evaluation, live) gets its model from :func:`load_model` or
 :func:`place_model`, which use them; the training loop's Accelerator puts the model on the same device.
+
+One module because loading, building and saving a Qwen3-VL checkpoint and its packed-sequence forward are one
+model's code, each relying on the others' layout (the released checkpoint's names, the processor, the rope
+indices).
 """
 
 from __future__ import annotations

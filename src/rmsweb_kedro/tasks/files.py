@@ -49,6 +49,7 @@ from rmsweb_kedro.tasks.benchmarks.loaders import (
     load_rows,
     read_text,
 )
+from rmsweb_kedro.tasks.rubrics import normalise_rubric, rubric_config
 
 #: "amazon.com", "www.example.co.uk/path": a host name with a dot, no scheme, no spaces.
 _BARE_HOST = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(/\S*)?")
@@ -147,45 +148,8 @@ class FileTaskRow(BaseModel):
     @field_validator("rubric", mode="before")
     @classmethod
     def _rubric_items(cls, value: Any) -> Any:
-        """A list of criteria, or a JSON text of one (AReaL's loader stores WebGym's list as JSON text): texts,
-        ``{criterion, description, max_points}`` (WebTailBench), ``{description, difficulty}`` (WebGym) or WebGym's
-        fact groups ``{id, description, facts: [...]}``, each fact one criterion named ``[Group <id>: <description>]
-        <fact>`` as WebGym's ``_prepare_tasks`` flattens them. Each criterion is worth 1 point unless it says
-        otherwise."""
-        if value is None or (isinstance(value, str) and not value.strip()) or value == []:
-            return None
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                value = [value]
-        if isinstance(value, dict):
-            value = value.get("items", [value])
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise ValueError(f"expected a list of criteria, got {type(value).__name__}")
-        items = []
-        for item in value:
-            if isinstance(item, dict) and isinstance(item.get("facts"), list):
-                group = f"[Group {item.get('id', '')}: {item.get('description', '')}]"
-                items += [_criterion(f"{group} {fact}") for fact in item["facts"] if str(fact).strip()]
-            elif isinstance(item, str) and item.strip():
-                items.append(_criterion(item))
-            elif (
-                isinstance(item, dict) and str(item.get("criterion") or item.get("description") or "").strip()
-            ):
-                named = bool(str(item.get("criterion") or "").strip())
-                points = float(item.get("max_points", 1.0))
-                criterion = str(item["criterion"] if named else item["description"]).strip()
-                if points <= 0:
-                    raise ValueError(f"criterion {criterion!r}: max_points must be > 0, got {points}")
-                items.append(_criterion(criterion, str(item.get("description", "")) if named else "", points))
-            else:
-                raise ValueError(
-                    f"a criterion must be a text or an object with 'criterion' or 'description', got {item!r}"
-                )
-        return items or None
+        """Every published rubric shape as rubric items (:func:`~rmsweb_kedro.tasks.rubrics.normalise_rubric`)."""
+        return normalise_rubric(value)
 
     @field_validator("difficulty", mode="before")
     @classmethod
@@ -200,10 +164,6 @@ class FileTaskRow(BaseModel):
         if text.isdigit():
             return cls._level(int(text))
         return text
-
-
-def _criterion(criterion: str, description: str = "", points: float = 1.0) -> dict[str, Any]:
-    return {"criterion": criterion.strip(), "description": description, "max_points": points}
 
 
 def _get(record: dict[str, Any], path: str | list[str]) -> Any:
@@ -287,10 +247,7 @@ def _task(row: FileTaskRow, path: Path, every_fact: bool) -> Task:
     if row.reference_answer is not None:
         carried["reference_answer"] = row.reference_answer
     if row.rubric is not None:
-        carried["rubric"] = row.rubric
-        carried["total_points"] = sum(item["max_points"] for item in row.rubric)
-        if every_fact:
-            carried["rubric_rule"] = "every_fact"
+        carried.update(rubric_config(row.rubric, every_fact))
     metadata: dict[str, Any] = {"file": path.name}
     if row.site_label:
         metadata["site_label"] = row.site_label

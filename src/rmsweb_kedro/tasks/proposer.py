@@ -47,6 +47,7 @@ from rmsweb_kedro.tasks.decontamination import (
     normalise,
     similarity,
 )
+from rmsweb_kedro.tasks.rubrics import rubric_config
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +135,10 @@ def _task(item: dict[str, Any], url: str, model: str, digest: str) -> Task:
     if answer not in (None, "", "null"):
         carried["reference_answer"] = str(answer)
     if rubric:
-        carried["rubric"] = [{"criterion": c, "description": "", "max_points": 1.0} for c in rubric]
-        carried["total_points"] = float(len(rubric))
+        # each criterion worth 1.0: the total is float(len(rubric)), as it always was
+        carried.update(
+            rubric_config([{"criterion": c, "description": "", "max_points": 1.0} for c in rubric])
+        )
     instruction = str(item["instruction"]).strip()
     level = str(item.get("difficulty", "")).lower()
     return Task(

@@ -1,0 +1,2 @@
+"""Training: the one Accelerate loop SFT and Salvage-DS share (:mod:`.loop`), SFT on policy states (:mod:`.sft`),
+the Salvage-DS RL stage (:mod:`.salvage_ds`) and running either under ``accelerate launch`` (:mod:`.launch`)."""

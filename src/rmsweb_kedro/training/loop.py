@@ -52,6 +52,9 @@ returns is averaged over the step's micro-batches and over processes (every proc
 the history is the same on every rank. Evaluation (``evaluate``) runs as many batches on every process (weight-0
 repeats where a process has fewer samples) and gives each batch its own counts as
 ``step_tokens`` (a batch mean) and averages the batches weighted by their samples.
+
+One module because it is the one training loop SFT and Salvage-DS share, meant to be read top to bottom
+(nanoGPT's style).
 """
 
 from __future__ import annotations

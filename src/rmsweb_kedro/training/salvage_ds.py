@@ -84,6 +84,10 @@ forwards of ``generate`` until the longest reply of any process is done.
 Every symbol is a field of :class:`SalvageDSParams` (``conf/base/parameters_salvage_ds.yml``), except
 :math:`\mu` and B, fields of the shared loop's ``LoopConfig``. The partial-credit reward (type / target / argument
 weighted, the usual GUI-RL design) is kept as an ablation: ``reward: partial``.
+
+One module because the algorithm reads top to bottom as the paper does, with its names: rewards, the gate,
+advantages, the loss, the token masks, the samplers that draw the groups and the step that ties them together
+(CleanRL's single-file style).
 """
 
 from __future__ import annotations

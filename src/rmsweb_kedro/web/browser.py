@@ -22,6 +22,9 @@ route). Known gaps: the addresses are the ones this process resolves, and Chromi
 name can answer otherwise the second time); a WebSocket a dedicated worker opens passes no route; the redirect
 check's CDP session is the page's, so an out-of-process iframe's redirects are not checked hop by hop. On the open web each observation also says whether the site refused the browser (``Observation.blocked``:
 :func:`block_kind`), an environment outcome the episode records as ``blocked``.
+
+One module because one :class:`BrowserEnv` owns one Chromium: its deadlines and the watchdog that kills it,
+the private-network rule and the block detection all act on the same page and its state.
 """
 
 from __future__ import annotations

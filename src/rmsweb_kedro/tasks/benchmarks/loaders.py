@@ -32,6 +32,7 @@ from pydantic import (
 
 from rmsweb_kedro.contracts.schema import QUARANTINE_SCHEMA, JudgeSpec, Task, level_for_length
 from rmsweb_kedro.contracts.sites import site_of
+from rmsweb_kedro.tasks.rubrics import RubricItem, rubric_config
 
 #: Quarantined raw text is cut to this many characters.
 RAW_LIMIT = 500
@@ -111,13 +112,6 @@ class OnlineMind2WebRow(_Row):
                 f"level {value!r} does not match reference_length {length} ({level_for_length(length)})"
             )
         return value
-
-
-class RubricItem(_Row):
-    criterion: NonEmpty
-    description: str = ""
-    max_points: float = Field(gt=0)
-    condition: str | None = None
 
 
 class Rubric(_Row):
@@ -449,7 +443,7 @@ def load_webtailbench(path: Path | str, start_url: str = DEFAULT_WEBTAILBENCH_ST
             instruction=row.ques,
             judge=JudgeSpec(
                 kind="rubric",
-                config={"rubric": items, "total_points": sum(item["max_points"] for item in items)},
+                config=rubric_config(items),
             ),
             metadata={
                 "benchmark": "WebTailBench",
