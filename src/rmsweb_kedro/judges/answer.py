@@ -1,4 +1,4 @@
-"""The reference-answer judges (``judge.kind: reference_answer``; built by ``agents.factory.build_judge``): GAIA's
+"""The reference-answer judges (``judge.kind: reference_answer``; built by ``judges.choice.build_judge``): GAIA's
 exact-match scoring of a task's final answer (no model, the default), or a model's reading of it against the
 reference (``judge.reference_answer: llm``)."""
 

@@ -171,6 +171,16 @@ RELEASED_GENERATION = {
 }
 
 
+def vision_token_ids(ids: dict[str, int]) -> dict[str, int]:
+    """The config's ids of the tokens that frame an image or a video, from the tokenizer's ``token -> id``."""
+    return {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+    }
+
+
 def released_layout_model(
     corpus_texts: list[str], config: ModelSizeConfig | dict[str, Any] | None = None, device: str = "cpu"
 ):
@@ -227,10 +237,7 @@ def released_layout_model(
             "num_position_embeddings": 2304,
             "deepstack_visual_indexes": config.deepstack,
         },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        **vision_token_ids(ids),
         tie_word_embeddings=config.tie_word_embeddings,
     )
     torch.manual_seed(config.seed)
@@ -579,10 +586,7 @@ def build_tiny_model(corpus_texts: list[str], config: ModelSizeConfig | dict[str
             "num_position_embeddings": 256,
             "deepstack_visual_indexes": config.deepstack,
         },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
+        **vision_token_ids(ids),
         tie_word_embeddings=config.tie_word_embeddings,
     )
     model_config.bos_token_id = None

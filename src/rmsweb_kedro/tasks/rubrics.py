@@ -4,8 +4,9 @@ shape into those items (:func:`normalise_rubric`), and the judge config entries 
 
 Its producers: task files (:mod:`rmsweb_kedro.tasks.files`), WebTailBench
 (:mod:`rmsweb_kedro.tasks.benchmarks.loaders`) and the proposer (:mod:`rmsweb_kedro.tasks.proposer`). Its reader:
-:mod:`rmsweb_kedro.judges.rubric` scores ``task.judge.config["rubric"]`` against ``total_points``, and
-``judges.choice`` reads ``rubric_rule``. It imports nothing of the project above ``contracts``.
+:mod:`rmsweb_kedro.judges.rubric` scores the items of ``task.judge.config["rubric"]`` (over the criteria that
+apply, so it sums its own total rather than reading ``total_points``), and ``judges.choice`` reads ``rubric_rule``.
+It imports nothing of the project above ``contracts``.
 """
 
 from __future__ import annotations

@@ -1228,6 +1228,21 @@ class SalvageDSJob(BaseModel):
     sampler: SamplerConfig = Field(default_factory=SamplerConfig)
 
 
+def train_job(model, processor, train_states: list[dict], config: SalvageDSJob, eval_fn=None):
+    """:func:`train_salvage_ds` with the algorithm, loop, prompt and sampler of ``config``: a :class:`SalvageDSJob`,
+    or the ``salvage_ds`` node's parameters, which hold its fields (in this process and launched, one call)."""
+    return train_salvage_ds(
+        model,
+        processor,
+        train_states,
+        config.algorithm,
+        config.loop,
+        config.prompt,
+        eval_fn=eval_fn,
+        sampler=config.sampler,
+    )
+
+
 def _main() -> None:
     import polars as pl
 
@@ -1241,16 +1256,7 @@ def _main() -> None:
         splits, config.algorithm, processor, config.prompt, config.eval_samples, config.seed
     )
     train = pl.read_parquet(job["train_path"]).to_dicts()
-    result = train_salvage_ds(
-        model,
-        processor,
-        train,
-        config.algorithm,
-        config.loop,
-        config.prompt,
-        eval_fn=eval_fn,
-        sampler=config.sampler,
-    )
+    result = train_job(model, processor, train, config, eval_fn)
     save_launched(result, processor, job["output_dir"])
 
 

@@ -74,7 +74,7 @@ def train_rmsweb_model(
     ``held_out`` (critical states of held-out tasks) and ``val`` (the SFT val steps, ``sft_states_val``). Each
     measurement draws from the same seeded random numbers, outside the training's RNG stream."""
     from rmsweb_kedro.models.modeling import LoadedModel
-    from rmsweb_kedro.training.salvage_ds import competence_eval_fn, train_salvage_ds
+    from rmsweb_kedro.training.salvage_ds import competence_eval_fn, train_job
 
     config = SalvageDSNodeParams.model_validate(params)
     model, processor = sft_model
@@ -107,16 +107,7 @@ def train_rmsweb_model(
     if config.launch:
         result = _train_launched(sft_model, train, splits, config)
     else:
-        result = train_salvage_ds(
-            model,
-            processor,
-            train_rows,
-            config.algorithm,
-            config.loop,
-            config.prompt,
-            eval_fn=competence,
-            sampler=config.sampler,
-        )
+        result = train_job(model, processor, train_rows, config, competence)
     history = pl.from_dicts([{"step": 0, **scores}, *result.history], infer_schema_length=None)
     report["before"] = _by_split(scores)
     report["after"] = _by_split({key: result.last(key) for key in scores})
