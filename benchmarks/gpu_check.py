@@ -174,7 +174,8 @@ def main() -> None:
     from rmsweb_kedro.models.modeling import LoraSettings, add_lora, released_layout_model, resolve_device
     from rmsweb_kedro.models.serving import ServerConfig
     from rmsweb_kedro.training.loop import LoopConfig
-    from rmsweb_kedro.training.salvage_ds import SalvageDSParams, SamplerConfig, train_salvage_ds
+    from rmsweb_kedro.training.salvage_ds import SalvageDSParams, train_salvage_ds
+    from rmsweb_kedro.training.sampling import SamplerConfig
     from rmsweb_kedro.training.sft import SFTConfig, run_sft
 
     parser = argparse.ArgumentParser(

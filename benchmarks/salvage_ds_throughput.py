@@ -47,12 +47,8 @@ def main() -> None:
     from rmsweb_kedro.contracts.prompts import build_messages, render_prompt
     from rmsweb_kedro.models.serving import ServerConfig, VLLMServer
     from rmsweb_kedro.training.loop import LoopConfig
-    from rmsweb_kedro.training.salvage_ds import (
-        SalvageDSParams,
-        SamplerConfig,
-        polarized_reward,
-        train_salvage_ds,
-    )
+    from rmsweb_kedro.training.salvage_ds import SalvageDSParams, polarized_reward, train_salvage_ds
+    from rmsweb_kedro.training.sampling import SamplerConfig
     from tests.salvage_ds.conftest import lora_tiny
 
     model, processor, states, prompt = lora_tiny()

@@ -18,15 +18,13 @@ from pydantic import SecretStr
 from rmsweb_kedro.models import processes
 from rmsweb_kedro.models.serving import ServerConfig, ServerError, _request
 from rmsweb_kedro.training.salvage_ds import (
-    HFSampler,
     SalvageDSParams,
-    SamplerConfig,
-    ServedSampler,
     continuation_logits,
     prepare_states,
     token_logprobs,
     train_salvage_ds,
 )
+from rmsweb_kedro.training.sampling import HFSampler, SamplerConfig, ServedSampler
 from tests.salvage_ds.conftest import loop_config, lora_tiny
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,8 @@ from rmsweb_kedro.contracts.schema import conform_states
 from rmsweb_kedro.contracts.seeding import draw_states
 from rmsweb_kedro.measures.reporting import figure_panels
 from rmsweb_kedro.training.loop import LoopConfig
-from rmsweb_kedro.training.salvage_ds import SalvageDSParams, SamplerConfig
+from rmsweb_kedro.training.salvage_ds import SalvageDSParams
+from rmsweb_kedro.training.sampling import SamplerConfig
 from rmsweb_kedro.trajectories.states import split_by_task as states_split_by_task
 
 logger = logging.getLogger(__name__)
