@@ -1,5 +1,5 @@
-"""Build the roles from configuration (``params:collect.teacher`` / ``reflector``; the judge: :mod:`rmsweb_kedro.judges.choice`), so production swaps
-an endpoint in YAML, not code.
+"""Build the roles from configuration (``params:collect.teacher`` / ``reflector``; the judge is built by
+:mod:`rmsweb_kedro.judges.choice`), so production swaps an endpoint in YAML, not code.
 
     teacher:   {kind: scripted, imperfections: {...}}      or {kind: openai, endpoint: {...}, send_screenshot: true}
                                                           or {kind: policy, policy: {...}, checkpoint: DIR}

@@ -1,7 +1,9 @@
 """Which judge judges what: the stage's judge from configuration (:class:`JudgeSpecConfig`, :func:`build_judge`)
 
-    judge: {kind: sandbox_checker}  or {kind: webvoyager, endpoint: {...}, last_k: 15}
-           or {kind: webjudge, endpoint: {...}, score_threshold: 3}  or {kind: rubric, endpoint: {...}, rubric_threshold: 0.8}
+    judge: {kind: sandbox_checker}
+           or {kind: webvoyager, endpoint: {...}, last_k: 15}
+           or {kind: webjudge, endpoint: {...}, score_threshold: 3}
+           or {kind: rubric, endpoint: {...}, rubric_threshold: 0.8}
            or {kind: reference_answer}
 
 and the judge of each task, by what the task carries: the one place collect, mining's online probes, evaluate's
