@@ -445,24 +445,17 @@ class _ThreadPool:
             return ticket, outcome
 
     def close(self) -> None:
-        """Stop the threads. Episodes not yet taken are dropped (the driver stopped mid-run: nobody would read
-        them); a thread still busy after ``CLOSE_TIMEOUT_S`` (in an episode, or still starting its browser) is left,
-        its browser killed."""
-        while True:
-            try:
-                self._jobs.get_nowait()
-            except queue.Empty:
-                break
+        """Stop the threads; one still busy after ``CLOSE_TIMEOUT_S`` (the driver stopped mid-run) is left, its
+        browser killed."""
         for _ in self._threads:
             self._jobs.put(None)
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
         for thread in self._threads:
             if thread not in self._left:
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        busy = [thread for thread in self._threads if thread not in self._left and thread.is_alive()]
-        for _, worker, thread in list(self._running.values()):
-            if thread.is_alive():
-                worker.env.kill()
+        busy = [worker for _, worker, thread in list(self._running.values()) if thread.is_alive()]
+        for worker in busy:
+            worker.env.kill()
         if busy:
             logger.warning(
                 "%d browser thread(s) still busy after %.0f s were left", len(busy), CLOSE_TIMEOUT_S
