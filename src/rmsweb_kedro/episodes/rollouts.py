@@ -7,7 +7,7 @@ factories built where the browser lives). This module owns the rest:
 
 - the sandbox server's lifetime (when ``sandbox_seed`` is given), and the :class:`BrowserConfig` pointing at it;
 - environment errors, retried apart from task failures: inside an episode (a crashed Chromium, a page that does not
-  load: ``episodes.run_episode``) and around it (a Ray actor or node that dies mid-episode, an episode past its
+  load: ``episodes.episode.run_episode``) and around it (a Ray actor or node that dies mid-episode, an episode past its
   hard time limit). After ``env_retries`` the episode ends ``termination="env_error"``, ``success=None``, never
   counted as the agent's success or failure;
 - the per-episode wall-time limit (:attr:`RolloutConfig.episode_time_limit_s`, judged) and, on both backends, the
@@ -35,7 +35,7 @@ cluster may still be running it) and when it runs past its hard limit (``episode
 
 Files. The driver makes every per-episode path absolute (``screenshot_dir``, ``relative_to``) before an episode
 leaves it: an actor's working folder is its node's, not the project's. A lost try's files are removed before the
-episode is queued again (and each try empties its folder first: ``episodes.run_episode``), so the retry's steps
+episode is queued again (and each try empties its folder first: ``episodes.episode.run_episode``), so the retry's steps
 reference only the retry's screenshots.
 
 One module because the rollout engine is one concept: the episode settings, the journal that makes a run
@@ -110,7 +110,7 @@ class RolloutConfig(BaseModel):
 @dataclass
 class EpisodeSpec:
     """One episode to run. ``key`` identifies it in the journal (unique in a run); ``seed`` is the agent
-    factory's argument; ``screenshot_dir``/``relative_to`` as in ``episodes.run_episode``, relative to the driver's
+    factory's argument; ``screenshot_dir``/``relative_to`` as in ``episodes.episode.run_episode``, relative to the driver's
     working folder (the driver makes them absolute; on a cluster: a filesystem every node mounts at the same
     path); ``reflect``: after a failed attempt the reflector writes a reflection (``metadata["reflection_after"]``)
     that an :class:`Attempts` chain passes to the next attempt."""
@@ -175,7 +175,7 @@ class Roles:
 
 @dataclass
 class EpisodeSettings:
-    """How every episode of a run is played (``episodes.run_episode``'s knobs)."""
+    """How every episode of a run is played (``episodes.episode.run_episode``'s knobs)."""
 
     env_retries: int = 2
     max_unparsed: int = 3
@@ -237,7 +237,7 @@ def hard_limit_s(config: RolloutConfig, settings: EpisodeSettings) -> float:
 
     Without a time limit: ``episode_hard_limit_s``. With one (``t``, per try, checked before each decision), each
     try may run one decision and one step past it (``HANG_GRACE_S``, ``G``), an episode has up to
-    ``env_retries + block_retries + 1`` tries (``episodes.run_episode``), then one judge call and one reflection::
+    ``env_retries + block_retries + 1`` tries (``episodes.episode.run_episode``), then one judge call and one reflection::
 
         hard = (env_retries + block_retries + 1) * (t + G) + 2 * G
 

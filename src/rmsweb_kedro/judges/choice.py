@@ -28,7 +28,7 @@ A reference answer is matched exactly (GAIA's protocol) unless the configuration
 then the endpoint's model reads the final answer against it (``answer_judge.LLMAnswerJudge``).
 
 The sandbox checker judges sandbox tasks only. An LLM judge whose endpoint still fails after its retries (or, for the
-rubric judge, whose replies stay unusable) marks its verdict ``details["judge_error"]``; ``episodes.run_episode``
+rubric judge, whose replies stay unusable) marks its verdict ``details["judge_error"]``; ``episodes.episode.run_episode``
 records such an attempt as ``termination="judge_error"`` with no verdict: counted apart, never the agent's failure.
 """
 
