@@ -71,6 +71,11 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
 
 
+#: ``JudgeSpec.config["rubric_rule"]`` of a rubric of facts that must all hold (WebGym's evaluator), not points to a
+#: threshold: written by ``tasks/rubrics.py``, read by ``judges/choice.py``.
+EVERY_FACT = "every_fact"
+
+
 class JudgeSpec(_Record):
     """How a task is judged. ``config`` holds what that judge needs (checker name and expected values, a
     reference answer, a rubric...)."""

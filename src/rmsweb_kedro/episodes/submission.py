@@ -38,7 +38,7 @@ from typing import Any, Literal
 from rmsweb_kedro.contracts.actions import format_action
 from rmsweb_kedro.contracts.schema import Task, Trajectory
 from rmsweb_kedro.episodes.episode import final_answer
-from rmsweb_kedro.judges.llm import AGENT_OUTPUTS, describe_action, factual_actions, is_factual
+from rmsweb_kedro.judges.llm import describe_action, factual_actions, is_factual
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _v2_steps(trajectory: Trajectory, n_pages: int) -> list[dict[str, Any]]:
         for i, s in enumerate(factual)
     ]
     last = trajectory.steps[-1] if trajectory.steps else None
-    ended_by_agent = last is not None and last.action is not None and last.action.type in AGENT_OUTPUTS
+    ended_by_agent = last is not None and last.action is not None and not is_factual(last)
     steps.append(
         {
             "action": format_action(last.action) if ended_by_agent else END_ACTION,

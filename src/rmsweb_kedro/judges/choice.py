@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.base import Judge
 from rmsweb_kedro.agents.factory import role_endpoint
-from rmsweb_kedro.contracts.schema import Step, Task, Usage, Verdict
+from rmsweb_kedro.contracts.schema import EVERY_FACT, Step, Task, Usage, Verdict
+from rmsweb_kedro.judges.llm import OFFICIAL_PROMPTS_DIR, WebJudge, WebVoyagerJudge
 from rmsweb_kedro.models.endpoint import ChatEndpoint, Credentials, EndpointConfig
 
 #: The judges a task may name for itself (its benchmark's protocol).
@@ -62,7 +63,7 @@ class JudgeSpecConfig(BaseModel):
     last_k: int = 15  # WebVoyager's run_eval.sh attaches the last 15 screenshots
     score_threshold: int = 3  # Online-Mind2Web's WebJudge (run.py --score_threshold 3)
     max_images: int = 50  # Online-Mind2Web's WebJudge (MAX_IMAGE = 50)
-    official_prompts: str | None = "data/01_raw/benchmarks"  # where `tasks.benchmarks download` put prompts/
+    official_prompts: str | None = OFFICIAL_PROMPTS_DIR  # where `tasks.benchmarks download` put prompts/
     max_tokens: int | None = Field(default=None, gt=0)  # None: the protocol's own reply budget
     rubric_threshold: float = Field(default=0.8, gt=0, le=1)  # WebTailBench: success when earned/total >= it
     #: reference_answer tasks: ``exact`` (GAIA's exact match, no model) or ``llm`` (the endpoint's model reads the
@@ -91,8 +92,6 @@ def build_judge(
         if spec.reference_answer == "llm":
             return LLMAnswerJudge(endpoint or role_endpoint(spec, "judge", credentials))
         return ExactAnswerJudge()
-    from rmsweb_kedro.judges.llm import WebJudge, WebVoyagerJudge
-
     endpoint = endpoint or role_endpoint(spec, "judge", credentials)
     if spec.kind == "rubric":
         from rmsweb_kedro.judges.rubric import RubricJudge
@@ -116,7 +115,7 @@ def judge_kind(task: Task, configured: str) -> str:
     config = task.judge.config
     rubric = bool(config.get("rubric"))
     answer = config.get("reference_answer") not in (None, "")
-    if rubric and (answer or config.get("rubric_rule") == "every_fact"):
+    if rubric and (answer or config.get("rubric_rule") == EVERY_FACT):
         return "webgym"
     if rubric:
         return "rubric"

@@ -49,12 +49,12 @@ def jpeg_part(path: str | Path, label: str = "image/jpeg") -> dict[str, Any]:
 
 
 #: The agent's own outputs: never facts of an action history.
-AGENT_OUTPUTS = (ActionType.ANSWER, ActionType.STOP)
+_AGENT_OUTPUTS = (ActionType.ANSWER, ActionType.STOP)
 
 
 def is_factual(step: Step) -> bool:
     """Whether ``step`` did something on the page: a parsed action other than the agent's answer or stop."""
-    return step.action is not None and step.action.type not in AGENT_OUTPUTS
+    return step.action is not None and step.action.type not in _AGENT_OUTPUTS
 
 
 def describe_action(step: Step) -> str:

@@ -135,7 +135,7 @@ def _task(item: dict[str, Any], url: str, model: str, digest: str) -> Task:
     if answer not in (None, "", "null"):
         carried["reference_answer"] = str(answer)
     if rubric:
-        # each criterion worth 1.0: the total is float(len(rubric)), as it always was
+        # each criterion worth 1 point (criteria kept as the model wrote them, not stripped)
         carried.update(
             rubric_config([{"criterion": c, "description": "", "max_points": 1.0} for c in rubric])
         )

@@ -16,8 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: The judge config's rule for a rubric of facts that must all hold (WebGym's evaluator), not points to a threshold.
-EVERY_FACT = "every_fact"
+from rmsweb_kedro.contracts.schema import EVERY_FACT
 
 
 class RubricItem(BaseModel):

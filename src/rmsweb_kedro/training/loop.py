@@ -691,9 +691,8 @@ def train_loop(
                 row.update(_run_eval_fn(eval_fn, model, accelerator))
         state.history.append(row)
         if accelerator.is_main_process:
-            log_step(
-                row
-            )  # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.runs.tracking)
+            # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.runs.tracking)
+            log_step(row)
         bar.update(1)
         bar.set_postfix(
             {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}
