@@ -287,19 +287,15 @@ def block_kind(signals: dict[str, Any], status: int | None) -> BlockKind | None:
 
 
 def process_tree(roots: list[int]) -> list[int]:
-    """``roots`` and all their descendants (Linux /proc)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:  # after the command's closing parenthesis: the state, then the parent's pid
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    family, grown = set(roots), True
-    while grown:
-        children = {pid for pid, parent in parents.items() if parent in family} - family
-        family |= children
-        grown = bool(children)
+    """``roots`` and all their descendants (``psutil``, as ``models/processes.py`` finds a run's)."""
+    import psutil
+
+    family = set(roots)
+    for pid in roots:
+        try:
+            family.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:  # gone meanwhile
+            continue
     return sorted(family)
 
 
@@ -497,16 +493,15 @@ class BrowserEnv:
             logger.debug("reading a response: %s", err)
 
     def browser_pids(self) -> list[int]:
-        """Process ids of this env's Chromium processes (Linux /proc); for tests that kill the browser."""
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if f"--rmsweb-env={self.tag}".encode() in (entry / "cmdline").read_bytes():
-                        pids.append(int(entry.name))
-                except OSError:
-                    continue
-        return pids
+        """Process ids of this env's Chromium processes (those whose command line carries its tag)."""
+        import psutil
+
+        flag = f"--rmsweb-env={self.tag}"
+        return [
+            process.pid
+            for process in psutil.process_iter(["cmdline"])
+            if any(flag in argument for argument in process.info["cmdline"] or [])
+        ]
 
     def process_tree(self) -> list[int]:
         """This env's Chromium processes and all their descendants (renderers, GPU, zygotes do not carry the tag)."""
