@@ -106,7 +106,8 @@ def test_reflection_steps_are_paired_on_tasks_both_modes_solved():
 
 def test_the_collection_pool_holds_the_tasks_the_sft_model_never_saw(sandbox_task_list, tiny_states):
     """The students fine-tune the SFT model, so their tasks are those none of whose states trained it (its probe
-    pool, tasks it did not collect) and none the evaluation scores offline."""
+    pool, tasks it did not collect), none the evaluation scores offline and none of the dev split Salvage-DS
+    chooses its weights on."""
     tasks = tasks_to_frame(sandbox_task_list)
     ids = tasks["id"].to_list()
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA).head(2)
@@ -114,9 +115,11 @@ def test_the_collection_pool_holds_the_tasks_the_sft_model_never_saw(sandbox_tas
     def of(*task_ids: str) -> pl.DataFrame:
         return pl.concat([states.with_columns(task_id=pl.lit(t)) for t in task_ids])
 
-    # ids[3:] have no state in either: a probe-pool task, one never collected
-    pool = collection_pool(tasks, sft_states_train=of(ids[0], ids[1]), sft_states_val=of(ids[2]))
-    assert pool["id"].to_list() == ids[3:]
+    # ids[4:] have no state in any: a probe-pool task, one never collected
+    pool = collection_pool(
+        tasks, sft_states_train=of(ids[0], ids[1]), sft_states_val=of(ids[2]), sft_states_dev=of(ids[3])
+    )
+    assert pool["id"].to_list() == ids[4:]
 
 
 def test_an_environment_reaches_every_variant_built_from_what_it_changes():

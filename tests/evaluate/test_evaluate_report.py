@@ -358,6 +358,52 @@ def test_claims_between_any_two_models():
         evaluation.Claim(key="reflection_steps_saved_pct", claim="x", paper="-", models=("sft", "base"))
 
 
+def test_a_model_of_several_seeds_is_measured_a_seed_at_a_time_and_pooled():
+    """Three training seeds of rmsweb (labels rmsweb_s0..s2) against one SFT model on the same 40 held-out
+    states: a row a seed (Newcombe, as for two models) and a pooled row, the mean of the seeds' paired differences
+    with the two-way bootstrap over states and seeds; a seed that matches SFT pulls the pooled figure down."""
+    params = {"claims": [{"key": "offline_step_points", "models": ["rmsweb", "sft"], "claim": "c", "paper": "-"}],
+              "bootstrap_resamples": 4000}  # fmt: skip
+    sft = {i for i in range(40) if i < 20}  # right on s0-s19
+    wins = {0: set(range(28)), 1: set(range(26)), 2: set(range(20))}  # +8, +6 and +0 states over sft
+    rows = [{"model": model, "state_id": f"s{i}", "step_success": i in right}
+            for model, right in [("sft", sft), *((f"rmsweb_s{k}", w) for k, w in wins.items())]
+            for i in range(40)]  # fmt: skip
+    predictions = pl.DataFrame(rows, schema_overrides={"step_success": pl.Boolean})
+    table = nodes.claims_table(
+        pl.DataFrame(schema=evaluation.EPISODE_SCHEMA), predictions, collect_log([]), params
+    )
+    assert table["seeds"].to_list() == ["0", "1", "2", "pooled 0, 1, 2"]
+    per_seed = table.head(3)
+    assert per_seed["this_run"].to_list() == pytest.approx([100 * 8 / 40, 100 * 6 / 40, 0.0])
+    assert set(per_seed["interval"]) == {reporting.PAIRED_INTERVAL}
+    pooled = table.row(3, named=True)
+    # (8 + 6 + 0) / (3 x 40) = 11.7 points over 120 (state, seed) pairs
+    assert pooled["this_run"] == pytest.approx(100 * 14 / 120) and pooled["n"] == 120
+    assert (
+        pooled["interval"] == reporting.SEEDS_INTERVAL and pooled["low"] < pooled["this_run"] < pooled["high"]
+    )
+    assert "seed 0 +20.0, seed 1 +15.0, seed 2 +0.0" in pooled["measured_as"]
+    # resampling seeds too: the interval is wider than resampling states alone would make it
+    grid = [[int(i in wins[k]) - int(i in sft) for k in range(3)] for i in range(40)]
+    low, high = reporting.pooled_seed_bootstrap(grid, 4000, 0)
+    assert (100 * low, 100 * high) == pytest.approx((pooled["low"], pooled["high"]))
+    items_only = [sum(row) / 3 for row in grid]
+    state_low, state_high = reporting.paired_bootstrap(
+        items_only, [0.0] * 40, lambda a, b: (a - b).mean(1), 4000, 0
+    )
+    assert high - low > state_high - state_low
+
+
+def test_claim_pairs_match_seeds_and_broadcast_a_single_model():
+    labels = ["sft", "rl_a_s0", "rl_a_s1", "rl_b_s1", "rl_b_s2"]
+    assert report.claim_pairs(labels, "rl_a", "sft") == [(0, "rl_a_s0", "sft"), (1, "rl_a_s1", "sft")]
+    assert report.claim_pairs(labels, "rl_a", "rl_b") == [(1, "rl_a_s1", "rl_b_s1")]  # the seeds both have
+    assert report.claim_pairs(labels, "sft", "rl_b") == [(1, "sft", "rl_b_s1"), (2, "sft", "rl_b_s2")]
+    assert report.claim_pairs(labels, "rl_c", "sft") == []
+    assert report.claim_pairs(["rl_a", "rl_a_s0"], "rl_a", "sft") == []  # a model named rl_a is that model
+
+
 def test_pairs_are_episodes_of_the_same_run():
     """sft wins run 0 and base wins run 1 of the same task: two discordant pairs (pairing across runs would make
     four pairs)."""
@@ -377,7 +423,7 @@ def test_report_says_which_paired_differences_are_resolved():
         report.collection_table({}),
         reporting.reflection_steps(collect_log(ATTEMPTS)), report.failure_modes(none, online), PARAMS,
     )  # fmt: skip
-    assert "| claim | paper | this_run | low | high | n | interval | resolved | p_value |" in markdown
+    assert "| claim | seeds | paper | this_run | low | high | n | interval | resolved | p_value |" in markdown
     assert (
         "SFT beats base: +13.0 points (+3.6 to +24.4, Newcombe paired score, 54 pairs), resolved" in markdown
     )
@@ -421,6 +467,7 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
         "salvage_ds_metrics": pl.DataFrame({"step": [1, 2], "train/loss": [0.5, 0.4]}),
         "params:evaluate": PARAMS,
         "run_manifest": None,  # as when no `kedro run` wrote one (tests/tracking covers the manifest)
+        "salvage_ds_report": None,  # the report's Salvage-DS section says so (tests/salvage_ds fills it)
     }
     # The real catalog entries of the evaluate pipeline, written under tmp_path.
     config = yaml.safe_load((REPO / "conf" / "base" / "catalog_evaluate.yml").read_text())
@@ -435,7 +482,7 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     SequentialRunner().run(pipeline, catalog)
     markdown = catalog.load("evaluation_report")
     assert "| rmsweb | 3 | 100 | 100 | 100 | 100 | 0 |" in markdown  # offline rates in %
-    assert "RMSWeb beats SFT | +2.4 to +7.0 | 25 |" in markdown  # 75% - 50%
+    assert "RMSWeb beats SFT | – | +2.4 to +7.0 | 25 |" in markdown  # 75% - 50%, one model: no seeds
     # every online rate states its k/n; 8 distinct episodes (the helper's rows are not greedy)
     assert "| sft | 8 | 0 | 0 | 0 | 8 | 4/8 | 50 |" in markdown
     assert "### Steps on solved tasks" in markdown
@@ -444,7 +491,7 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
     assert '<img src="evaluate/success_vs_cost.png" alt="success_vs_cost"' in page and "<table>" in page
     reporting = tmp_path / "data" / "08_reporting"
     assert (reporting / "report.md").read_text() == markdown
-    for plot in ("success_vs_cost", "steps_on_solved", "failure_modes_by_model", "training_curves"):
+    for plot in ("success_vs_cost", "steps_on_solved", "failure_modes_by_model", "training_curves", "flips"):
         assert (reporting / "evaluate" / f"{plot}.png").stat().st_size > 1000
     comparison = catalog.load("model_comparison")  # the CSV round trip
     assert (
@@ -541,10 +588,11 @@ def test_report_from_empty_evaluations():
         comparison, nodes.online_breakdown(online, PARAMS), kinds, claims, collection, steps, modes, PARAMS
     )
     assert (
-        markdown.count("_(empty)_") == 7
+        markdown.count("_(empty)_") == 8  # the Salvage-DS runs' table too: no salvage_ds_report
         and "No online episode was judged" in markdown
-        and "RMSWeb beats SFT | +2.4 to +7.0 | – |" in markdown
+        and "RMSWeb beats SFT | – | +2.4 to +7.0 | – |" in markdown
     )
+    assert report.plot_flips(predictions).axes[0].get_title().endswith("(none)")
 
 
 def test_greedy_repeats_are_one_episode_in_the_interval_and_the_paired_test():

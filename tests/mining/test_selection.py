@@ -4,14 +4,15 @@ import polars as pl
 import pytest
 
 from rmsweb_kedro.contracts.actions import parse_action
-from rmsweb_kedro.contracts.schema import STATE_SCHEMA, Step
+from rmsweb_kedro.contracts.schema import STATE_SCHEMA, Step, Task, Trajectory
 from rmsweb_kedro.measures.mining import (
     concentration,
     deduplicate_states,
-    first_divergence,
+    divergences,
     page_key,
     reference_index,
     select_states,
+    state_row,
 )
 
 
@@ -107,7 +108,7 @@ def test_page_key_ignores_host_port_and_whitespace():
     assert page_key("http://h/shop?q=a", "t") != page_key("http://h/shop?q=b", "t")
 
 
-def test_first_divergence_aligns_by_page_state():
+def test_divergences_align_by_page_state():
     references = frame(
         [
             state(0, axtree="home", action='type(1, "scarf", submit=true)'),
@@ -126,11 +127,50 @@ def test_first_divergence_aligns_by_page_state():
         step(1, "/shop?q=scarf", "results", "click(5)"),  # diverges: another item
         step(2, "/shop/item/5", "another product", "click(2)"),
     ]
-    assert first_divergence(rollout, index) == (1, parse_action("click(4)"))
+    assert divergences(rollout, index) == [(1, [parse_action("click(4)")])]
     # pages no reference saw are passed over; an unparsed action on an aligned page diverges
     detour = [step(0, "/help", "help page", "go_back()"), step(1, "/shop", "home", None)]
-    assert first_divergence(detour, index) == (1, parse_action('type(1, "scarf", submit=true)'))
-    assert first_divergence(rollout[:1], index) is None
+    assert divergences(detour, index) == [(1, [parse_action('type(1, "scarf", submit=true)')])]
+    assert divergences(rollout[:1], index) == []
+    # every page: the rollout comes back home after its wrong click and goes wrong there too, then loops on the
+    # results page (a second wrong step on a page already counted adds no state)
+    wandering = [
+        *rollout[:2],
+        step(2, "/shop", "home", "click(9)"),
+        step(3, "/shop?q=scarf", "results", "click(6)"),
+    ]
+    assert divergences(wandering, index, first_only=False) == [
+        (1, [parse_action("click(4)")]),
+        (2, [parse_action('type(1, "scarf", submit=true)')]),
+    ]
+
+
+def test_an_equivalent_action_is_right_at_an_aligned_page():
+    """Pressing Enter in the search box where the reference clicked the submit button (the sandbox's equivalent,
+    schema.reference_set) is no divergence; the divergence state carries both as its reference set."""
+    references = frame(
+        [{**state(0, axtree="form", action="click(3)"), "equivalent_actions": ['press("Enter")']}]
+    )
+    index = reference_index(references)
+    assert index[page_key("http://127.0.0.1:8000/shop", "form")] == [
+        parse_action("click(3)"),
+        parse_action('press("Enter")'),
+    ]
+    enter = [
+        Step(index=0, url="http://127.0.0.1:9/shop", axtree="form", action=parse_action('press("Enter")'))
+    ]
+    assert divergences(enter, index) == []
+    wrong = [Step(index=0, url="http://127.0.0.1:9/shop", axtree="form", action=parse_action("click(4)"))]
+    ((at, right),) = divergences(wrong, index)
+    task = Task(
+        id="t0",
+        source="sandbox",
+        site="shop",
+        instruction="Find the scarf",
+        start_url="http://shop.sandbox.test/",
+    )
+    row = state_row(task, Trajectory(id="r0", task_id="t0", steps=wrong), at, right)
+    assert (row["reference_action"], row["equivalent_actions"]) == ("click(3)", ['press("Enter")'])
 
 
 def test_reference_index_names_a_bad_record():
@@ -171,7 +211,8 @@ def test_divergence_states_from_rollouts():
     crashed = Trajectory(id="r4", task_id="task0", termination="env_error", steps=[])
     rows, counts = divergence_states([failed, lost, solved, crashed], {"task0": task}, references)
     assert counts == {
-        "rollouts": 4, "env_error": 1, "success": 1, "failure": 2, "diverged": 1, "no_aligned_divergence": 1
+        "rollouts": 4, "env_error": 1, "success": 1, "failure": 2, "diverged": 1, "no_aligned_divergence": 1,
+        "divergence_states": 1,
     }  # fmt: skip
     assert rows.schema == STATE_SCHEMA
     row = rows.row(0, named=True)

@@ -94,7 +94,8 @@ def _launched_salvage_ds(tmp_path, launch, checkpoint, states):
     job = {
         "model_dir": str(checkpoint),
         "train_path": _parquet(states, tmp_path / "critical.parquet"),
-        "splits": {},
+        "dev_path": _parquet(states[:2], tmp_path / "dev.parquet"),  # scored at the end (loop.eval_every 0)
+        "replay_path": _parquet(states, tmp_path / "replay.parquet"),
         "output_dir": loop.output_dir,
         "config": SalvageDSJob(algorithm=SALVAGE_DS, loop=loop, prompt=PROMPT).model_dump(mode="json"),
     }

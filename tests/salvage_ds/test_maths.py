@@ -10,6 +10,7 @@ import torch
 
 from rmsweb_kedro.contracts.actions import parse_action
 from rmsweb_kedro.training.salvage_ds import (
+    REJECT_REASONS,
     GroupStats,
     SalvageDSParams,
     action_char_span,
@@ -66,7 +67,7 @@ def test_group_statistics_by_hand():
     stats = group_statistics([1.0, -1.0, -1.0, -1.0], [True, False, False, False])
     assert stats.mean == pytest.approx(-0.5)
     assert stats.std == pytest.approx(math.sqrt(0.75))  # population std: sqrt(mean((r - mu)^2))
-    assert stats.competence == 0.25
+    assert stats.competence == stats.share_right == 0.25
     with pytest.raises(ValueError, match="one 'right' flag per reward"):
         group_statistics([1.0], [True, False])
 
@@ -74,21 +75,47 @@ def test_group_statistics_by_hand():
 @pytest.mark.parametrize(
     ("mode", "std", "competence", "expected"),
     [
-        ("salvage_ds", 0.0, 0.0, "no_contrast"),  # all wrong
-        ("salvage_ds", 0.0, 1.0, "no_contrast"),  # all right
+        ("salvage_ds", 0.0, 0.0, "all_wrong"),  # no contrast, none right
+        ("salvage_ds", 0.0, 1.0, "all_right"),  # no contrast, every sample right
         ("salvage_ds", 0.7, 0.125, "too_hard"),  # 1 of 8 right, under c_low = 0.2
         ("salvage_ds", 0.7, 0.875, "too_easy"),  # 7 of 8 right, over c_high = 0.8
         ("salvage_ds", 1.0, 0.5, None),
         ("salvage_ds", 0.7, 0.2, None),  # the band is closed: c_low itself is accepted
         ("salvage_ds_no_anchor", 0.7, 0.125, "too_hard"),
-        ("dapo", 0.0, 0.0, "no_contrast"),
+        ("dapo", 0.0, 0.0, "all_wrong"),
         ("dapo", 0.7, 0.125, None),  # no competence band
         ("grpo", 0.0, 0.0, None),  # no gate at all
     ],
 )
 def test_gate_decisions(mode, std, competence, expected):
     p = SalvageDSParams(mode=mode, c_low=0.2, c_high=0.8, tau_contrast=0.01)
-    assert gate(GroupStats(mean=0.0, std=std, competence=competence), p) == expected
+    assert gate(GroupStats(mean=0.0, std=std, competence=competence, share_right=competence), p) == expected
+
+
+def test_no_contrast_is_all_right_only_when_every_sample_is_right():
+    # the probe's samples move the pooled competence, not whether the group itself was all right
+    p = SalvageDSParams()
+    assert gate(group_statistics([1.0] * 8, [True] * 8, probe_right=0, probe_samples=4), p) == "all_right"
+    assert gate(group_statistics([-1.0] * 8, [False] * 8, probe_right=4, probe_samples=4), p) == "all_wrong"
+    # partial credit: equal rewards of 0.6, none right (right type and target, another argument)
+    assert (
+        gate(group_statistics([0.6] * 8, [False] * 8), p.model_copy(update={"reward": "partial"}))
+        == "all_wrong"
+    )
+
+
+@pytest.mark.parametrize(
+    ("anchor", "mode", "anchored"),
+    [
+        ("failing", "salvage_ds", {"all_wrong", "too_hard"}),
+        ("all", "salvage_ds", {"all_right", "all_wrong", "too_easy", "too_hard"}),
+        ("all", "salvage_ds_no_anchor", set()),
+        ("all", "dapo", set()),
+    ],
+)
+def test_the_anchor_rule_names_the_rejected_groups_it_anchors(anchor, mode, anchored):
+    p = SalvageDSParams(anchor=anchor, mode=mode)
+    assert {reason for reason in REJECT_REASONS if p.anchors(reason)} == anchored
 
 
 def test_gate_rejects_a_bad_band():
@@ -133,14 +160,18 @@ def test_k3_kl_by_hand():
 
 
 def test_loss_aggregates_tokens_and_weights_terms():
-    p = SalvageDSParams(mode="salvage_ds", lam=0.5, beta=0.1)
+    p = SalvageDSParams(mode="salvage_ds", lam=0.5, beta=0.1, eta=0.25)
     # Two accepted samples, 3 and 1 completion tokens; ratio 1 everywhere, so the surrogate is -A per token.
     logp = torch.zeros(2, 3)
     mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
     advantages = torch.tensor([1.0, -2.0])
-    ref = torch.full((2, 3), math.log(2.0))  # D_k3 = 2 - log 2 - 1 per token
     anchor_logp = torch.tensor([[-1.0, -2.0, -4.0]])
     anchor_mask = torch.tensor([[0, 1, 1]])  # the first token is thought: it does not count
+    replay_logp = torch.tensor([[-0.5, -1.5, 0.0]])
+    replay_mask = torch.tensor([[1, 1, 0]])  # a whole reference reply of two tokens
+    # pi_ref: log 2 above pi_theta on every accepted token (D_k3 = 2 - log 2 - 1), equal on the others (0)
+    ref = torch.cat([torch.full((2, 3), math.log(2.0)), anchor_logp, replay_logp])
+    ref_mask = torch.cat([mask, anchor_mask, replay_mask])
     parts = salvage_ds_loss(
         p,
         logp=logp,
@@ -148,18 +179,26 @@ def test_loss_aggregates_tokens_and_weights_terms():
         advantages=advantages,
         completion_mask=mask,
         n_completion_tokens=4,
-        ref_logp=ref,
         anchor_logp=anchor_logp,
         anchor_mask=anchor_mask,
         n_anchor_tokens=2,
+        replay_logp=replay_logp,
+        replay_mask=replay_mask,
+        n_replay_tokens=2,
+        ref_logp=ref,
+        ref_mask=ref_mask,
+        n_kl_tokens=8,
         accepted_groups=1,
         anchored_groups=1,
     )
     assert float(parts.surrogate) == pytest.approx((-1.0 * 3 + 2.0 * 1) / 4)  # token-level: 3 tokens of A=1
-    assert float(parts.kl) == pytest.approx(1.0 - math.log(2.0))
+    # every trained token: 4 accepted at 1 - log 2 each, 2 anchored and 2 replayed at 0, over N_k = 8
+    assert float(parts.kl) == pytest.approx(4 * (1.0 - math.log(2.0)) / 8)
     assert float(parts.anchor) == pytest.approx(3.0)
-    # w_A = w_R = 1/2 (one accepted, one anchored group)
-    assert float(parts.loss) == pytest.approx(0.5 * (-0.25 + 0.1 * (1.0 - math.log(2.0))) + 0.5 * 0.5 * 3.0)
+    assert float(parts.replay) == pytest.approx(1.0)  # (0.5 + 1.5) / 2
+    # w_A = w_R = 1/2 (one accepted, one anchored group); eta and beta outside the shares
+    expected = 0.5 * -0.25 + 0.5 * 0.5 * 3.0 + 0.25 * 1.0 + 0.1 * 4 * (1.0 - math.log(2.0)) / 8
+    assert float(parts.loss) == pytest.approx(expected)
     for mode in ("grpo", "dapo", "salvage_ds_no_anchor"):
         dropped = salvage_ds_loss(
             SalvageDSParams(mode=mode, lam=0.5),
@@ -263,6 +302,7 @@ def test_loss_needs_reference_logprobs_when_beta_is_positive():
             advantages=torch.ones(1),
             completion_mask=torch.ones(1, 2),
             n_completion_tokens=2,
+            n_kl_tokens=2,
             accepted_groups=1,
         )
 

@@ -160,8 +160,9 @@ def test_the_trainer_recomputes_the_servers_log_probabilities(policy, sampler):
     assert len({tuple(s.completion_ids) for _, s in samples}) > 8  # sampled, not one greedy reply
 
 
-#: The short runs' settings: salvage_ds (mu = 1) at a near-greedy temperature, one round, 3 steps of 2 states.
-SHORT = PARAMS.model_copy(update={"temperature": 0.01, "max_rounds": 1})
+#: The short runs' settings: salvage_ds (mu = 1) at a near-greedy temperature, one round, 3 steps of 2 states; no
+#: state leaves the pool (saturation counts per process: the two-process run must draw the one-process run's states)
+SHORT = PARAMS.model_copy(update={"temperature": 0.01, "max_rounds": 1, "saturation_draws": None})
 SHORT_LOOP = dict(max_steps=3, batch_size=2, learning_rate=3e-2, save_every=0)
 
 
@@ -264,7 +265,9 @@ def test_two_processes_sample_from_the_main_processs_server(
     model, processor, states, prompt = policy
     work = tmp_path / "launch"
     save_checkpoint(model, processor, work / "policy")  # base + adapter, as the node does before launching
-    pl_frame(states).write_parquet(work / "train.parquet")
+    # the files the node writes: the states, the dev split, SFT's states
+    for name in ("train", "dev", "replay"):
+        pl_frame(states).write_parquet(work / f"{name}.parquet")
     # the launched processes read the job from a file: the module server's key reaches them in the environment
     monkeypatch.setenv("RMSWEB_TEST_VLLM_KEY", sampler.server.api_key.get_secret_value())
     server = (
@@ -281,7 +284,7 @@ def test_two_processes_sample_from_the_main_processs_server(
         launch_load={"attn_implementation": "eager", "dtype": "float32"},
     )
     launched = run_launched(
-        launch, "conf/base/accelerate", "rmsweb_kedro.training.salvage_ds", launch_job(work, [], config)
+        launch, "conf/base/accelerate", "rmsweb_kedro.training.salvage_ds", launch_job(work, config)
     )
     straight, straight_dir = served_run
     assert launched.step == 3 and losses(launched) == pytest.approx(losses(straight), abs=1e-3)

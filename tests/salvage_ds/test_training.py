@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rmsweb_kedro.training.salvage_ds import (
+    REJECT_REASONS,
     SalvageDSParams,
     evaluate_competence,
     prepare_states,
@@ -36,13 +37,12 @@ def test_short_run_raises_competence_on_the_states(sft_tiny, tmp_path):
     assert after["valid_rate"] > before["valid_rate"], (before, after)
     rows = result.history
     assert len(rows) == 12
-    for row in rows:  # every group is accepted or rejected for exactly one reason
-        decided = row["train/acceptance_rate"] + sum(
-            row[f"train/rejected_{r}"] for r in ("no_contrast", "too_easy", "too_hard")
-        )
+    for row in rows:  # every group is accepted or rejected for exactly one reason, then trained or discarded
+        decided = row["train/acceptance_rate"] + sum(row[f"train/rejected_{r}"] for r in REJECT_REASONS)
         assert decided == pytest.approx(1.0)
-        assert row["train/anchor_share"] == pytest.approx(1.0 - row["train/acceptance_rate"])
-        assert row["train/sampled_actions"] == 4 * 8
+        kept = row["train/accepted_groups"] + row["train/anchored_groups"] + row["train/discarded_groups"]
+        assert kept == row["train/groups"] and row["train/accepted_groups"] <= 4
+        assert row["train/sampled_actions"] == 8 * row["train/groups"]
 
 
 def test_interrupted_run_resumes_where_it_stopped(sft_tiny, tmp_path):

@@ -85,13 +85,17 @@ VAL_TASKS_BEFORE_THE_POOL = ["shop-001", "shop-003", "shop-005", "shop-011", "sh
 
 def test_split_is_by_task_and_stats_count_samples(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.0, "seed": 3})
+    train, val, probe, dev = split_by_task(
+        states, {"val_fraction": 0.25, "probe_fraction": 0.0, "dev_fraction": 0.0, "seed": 3}
+    )
     assert not set(train["task_id"]) & set(val["task_id"])
     assert train.height + val.height == states.height and val["task_id"].n_unique() == 10
-    again = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.0, "seed": 3})[1]
+    again = split_by_task(
+        states, {"val_fraction": 0.25, "probe_fraction": 0.0, "dev_fraction": 0.0, "seed": 3}
+    )[1]
     assert again["state_id"].to_list() == val["state_id"].to_list()
     # 56 characters (14 tokens at 4 a token): the search page fits, results and item pages are cut
-    stats = describe_states(train, val, probe, {"prompt": {"axtree_max_tokens": 14}})
+    stats = describe_states(train, val, probe, dev, {"prompt": {"axtree_max_tokens": 14}})
     assert stats["train"]["samples"] == train.height and stats["val"]["tasks"] == 10
     assert stats["train"]["truncation_rate"] == pytest.approx(2 / 3)
     assert stats["train"]["action_types"]["click"] == 2 * train["task_id"].n_unique()
@@ -99,20 +103,24 @@ def test_split_is_by_task_and_stats_count_samples(tiny_states):
 
 def test_probe_fraction_zero_is_the_two_way_split_with_an_empty_probe_pool(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.0, "seed": 3})
+    train, val, probe, dev = split_by_task(
+        states, {"val_fraction": 0.25, "probe_fraction": 0.0, "dev_fraction": 0.0, "seed": 3}
+    )
     assert sorted(set(val["task_id"])) == VAL_TASKS_BEFORE_THE_POOL
     assert sorted(set(train["task_id"])) == sorted(set(states["task_id"]) - set(VAL_TASKS_BEFORE_THE_POOL))
     assert probe.height == 0 and probe.schema == STATE_SCHEMA
     # the same rows, in the same order, as the two-way split Salvage-DS uses
     two_way = states_split_by_task(states, 0.25, 3)
     assert train.equals(two_way[0]) and val.equals(two_way[1])
-    stats = describe_states(train, val, probe, {"probe_fraction": 0.0})
+    stats = describe_states(train, val, probe, dev, {"probe_fraction": 0.0})
     assert stats["probe"]["samples"] == 0 and stats["split"]["probe_fraction"] == 0.0
 
 
 def test_probe_pool_takes_its_share_of_tasks_and_each_task_is_in_one_part(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val, probe = split_by_task(states, {"val_fraction": 0.25, "probe_fraction": 0.2, "seed": 3})
+    train, val, probe, dev = split_by_task(
+        states, {"val_fraction": 0.25, "probe_fraction": 0.2, "dev_fraction": 0.0, "seed": 3}
+    )
     parts = {"train": train, "val": val, "probe": probe}
     tasks = {name: set(frame["task_id"]) for name, frame in parts.items()}
     # 40 tasks: round(40 * 0.25) = 10 val, round(40 * 0.2) = 8 probe, 22 train; every state in exactly one part
@@ -124,12 +132,28 @@ def test_probe_pool_takes_its_share_of_tasks_and_each_task_is_in_one_part(tiny_s
     assert sorted(pl.concat(parts.values())["state_id"]) == sorted(states["state_id"])
     assert sorted(tasks["val"]) == VAL_TASKS_BEFORE_THE_POOL  # the pool is taken from train, never from val
     assert probe.height == 3 * 8 and probe.schema == STATE_SCHEMA
-    stats = describe_states(train, val, probe, {"probe_fraction": 0.2})
+    stats = describe_states(train, val, probe, dev, {"probe_fraction": 0.2})
     assert (stats["probe"]["tasks"], stats["probe"]["samples"]) == (8, 24)
-    assert stats["split"] == {"val_fraction": 0.2, "probe_fraction": 0.2, "seed": 0}
+    assert stats["split"] == {"val_fraction": 0.15, "probe_fraction": 0.2, "dev_fraction": 0.1, "seed": 0}
     moved = sorted(tasks["train"])[0]  # a train task's states also in the probe pool
     with pytest.raises(ValueError, match=f"tasks in both train and probe: \\['{moved}'\\]"):
-        describe_states(train, val, pl.concat([probe, train.filter(pl.col("task_id") == moved)]), {})
+        describe_states(train, val, pl.concat([probe, train.filter(pl.col("task_id") == moved)]), dev, {})
+
+
+def test_the_dev_split_comes_after_val_and_the_probe_pool_and_moves_neither(tiny_states):
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
+    fractions = {"val_fraction": 0.25, "probe_fraction": 0.2, "seed": 3}
+    _, val0, probe0, dev0 = split_by_task(states, fractions | {"dev_fraction": 0.0})
+    train, val, probe, dev = split_by_task(states, fractions | {"dev_fraction": 0.1})
+    # 40 tasks: 10 val, 8 probe, round(40 * 0.1) = 4 dev, 18 train; val and the pool are the same as without dev
+    assert (val["state_id"].to_list(), probe["state_id"].to_list()) == (
+        val0["state_id"].to_list(),
+        probe0["state_id"].to_list(),
+    )
+    assert dev0.height == 0 and dev["task_id"].n_unique() == 4 and train["task_id"].n_unique() == 18
+    assert not set(dev["task_id"]) & (set(train["task_id"]) | set(val["task_id"]) | set(probe["task_id"]))
+    stats = describe_states(train, val, probe, dev, fractions | {"dev_fraction": 0.1})
+    assert stats["dev"]["tasks"] == 4 and stats["split"]["dev_fraction"] == 0.1
 
 
 def test_small_corpora_keep_a_train_task_and_fractions_must_leave_one():
@@ -139,15 +163,20 @@ def test_small_corpora_keep_a_train_task_and_fractions_must_leave_one():
     ).pipe(lambda frame: frame.with_columns(pl.lit(None).cast(STATE_SCHEMA[c]).alias(c)
                                             for c in STATE_SCHEMA.names() if c not in frame.columns))  # fmt: skip
     # 3 tasks, val 0.2 -> 1 (at least one), probe 0.05 -> 1 (at least one), 1 left to train
-    train, val, probe = split_by_task(states, {"val_fraction": 0.2, "probe_fraction": 0.05})
-    assert (train.height, val.height, probe.height) == (1, 1, 1)
-    # probe 0.6 -> round(1.8) = 2 of the 2 tasks left: capped at 1 so that one task trains
-    train, val, probe = split_by_task(states, {"val_fraction": 0.2, "probe_fraction": 0.6})
-    assert (train.height, val.height, probe.height) == (1, 1, 1)
+    train, val, probe, dev = split_by_task(
+        states, {"val_fraction": 0.2, "probe_fraction": 0.05, "dev_fraction": 0.0}
+    )
+    assert (train.height, val.height, probe.height, dev.height) == (1, 1, 1, 0)
+    # probe 0.6 -> round(1.8) = 2 of the 2 tasks left: capped at 1 so that one task trains; dev gets none then
+    train, val, probe, dev = split_by_task(
+        states, {"val_fraction": 0.2, "probe_fraction": 0.6, "dev_fraction": 0.1}
+    )
+    assert (train.height, val.height, probe.height, dev.height) == (1, 1, 1, 0)
     with pytest.raises(
-        ValueError, match=r"val_fraction \(0.5\) \+ sft_data.probe_fraction \(0.5\) must be < 1"
+        ValueError,
+        match=r"val_fraction \(0.5\) \+ probe_fraction \(0.3\) \+ dev_fraction \(0.2\) must be < 1",
     ):
-        split_by_task(states, {"val_fraction": 0.5, "probe_fraction": 0.5})
+        split_by_task(states, {"val_fraction": 0.5, "probe_fraction": 0.3, "dev_fraction": 0.2})
 
 
 def test_wiring_and_catalog_of_the_probe_pool(tmp_path, tiny_states):
@@ -164,6 +193,7 @@ def test_wiring_and_catalog_of_the_probe_pool(tmp_path, tiny_states):
         "sft_states_train",
         "sft_states_val",
         "sft_states_probe",
+        "sft_states_dev",
         "sft_data_stats",
     }
     conf = Path(__file__).parents[2] / "conf"

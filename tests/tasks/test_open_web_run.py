@@ -75,7 +75,8 @@ def test_the_recipe_runs_on_a_task_file_judged_by_an_llm_judge(tmp_path, sandbox
             "salvage_ds": {"algorithm": {"group_size": 2, "max_new_tokens": 8, "max_rounds": 1},
                            "loop": {"max_steps": 2, "batch_size": 2, "save_every": 0, "max_seconds": None,
                                     "progress": False},
-                           "max_eval_states": 2, "max_val_states": 2, "eval_samples": 1},
+                           "max_eval_states": 2, "eval_samples": 1, "seeds": [0]},
+            "sft_data": {"probe_fraction": 0.0},  # 3 train tasks: one to train on, one val, one dev
             "evaluate": {"policy": {"max_new_tokens": 8}, "bootstrap_resamples": 100,
                          "offline": {"max_states": 4},
                          "online": {"max_tasks": 1, "max_held_out_tasks": 0, "max_steps": 2, "n_envs": 1,
@@ -98,6 +99,6 @@ def test_the_recipe_runs_on_a_task_file_judged_by_an_llm_judge(tmp_path, sandbox
     mining = json.loads((data / "08_reporting" / "mining" / "mining_report.json").read_text())
     assert mining, "mining reported"
     episodes = pl.read_parquet(data / "07_model_output" / "evaluate" / "online_episodes.parquet")
-    assert set(episodes["model"]) == {"base", "sft", "rmsweb"}
+    assert set(episodes["model"]) == {"base", "sft", "rmsweb_s0"}
     assert set(episodes["task_id"]) <= {t.id for t in tasks if t.split == "val"}
     assert not any((j or "").startswith("sandbox-checker") for j in episodes["judge"].to_list())

@@ -143,14 +143,18 @@ def test_every_tab_opens_with_this_runs_rows(page, viewer, run_dir):
     page.goto(f"{viewer}/salvage")
     metrics = pl.read_parquet(run_dir / "data/08_reporting/salvage_ds/metrics.parquet")
     tables = page.locator("table.rows")
-    assert tables.nth(0).locator("tr").count() == metrics.height + 1  # header
+    assert tables.nth(0).locator("tr").count() == metrics["seed"].n_unique() + 1  # a line a training seed
+    # the figures, not a wide table of floats: each is a PNG the page shows
+    images = page.locator("figure.plot img")
+    assert images.count() == 3 and all(images.nth(i).evaluate("i => i.naturalWidth") > 0 for i in range(3))
+    assert _get(f"{viewer}/figure?name=sft_model")[0] == 403  # only the tab's figures are served
     # every sampled group, with the gate's decision; per batch they add up to the update's logged counts
-    groups = pl.read_ndjson(run_dir / "data/06_models/salvage_ds_run/groups.jsonl")
+    groups = pl.read_parquet(run_dir / "data/08_reporting/salvage_ds/groups.parquet")
     assert tables.nth(1).locator("tr").count() == groups.height + 1 > 1
     assert set(groups["decision"]) <= {"accepted", "anchored", "rejected", "surplus"}
-    for (batch,), mine in groups.group_by("batch"):
-        update = metrics.filter(pl.col("step") == batch + 1).row(0, named=True)  # updates_per_batch 1
-        assert mine.height == update["train/groups"]
+    for (seed, batch), mine in groups.group_by("seed", "batch"):
+        update = metrics.filter((pl.col("seed") == seed) & (pl.col("step") == batch + 1)).row(0, named=True)
+        assert mine.height == update["train/groups"]  # updates_per_batch 1: batch k is update k + 1
         assert mine["decision"].is_in(["accepted", "anchored"]).sum() == update["train/trained_groups"]
     page.goto(f"{viewer}/evaluation")
     assert (

@@ -19,6 +19,7 @@ TINY = {
     "tracking": {"enabled": False},
     "sandbox": {"instances_per_template": 2},
     "collect": {"max_tasks": 3, "n_envs": 1, "max_steps": 14, "attempts": 2, "progress": False},
+    "sft_data": {"probe_fraction": 0.0},  # 3 tasks: one to train on, one val, one dev (Salvage-DS's choice)
     "sft": {"tiny": {"vocab_size": 512, "hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64,
                      "head_dim": 8}, "augmentation": {"copies": 0}, "accuracy_states": 2,
             "training": {"loop": {"max_steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 100,
@@ -26,8 +27,8 @@ TINY = {
     "mining": {"scoring": {"k": 2, "batch_size": 12}, "max_states_probed": 4,
                "online": {"rollouts": 1, "max_steps": 3}},
     "salvage_ds": {"loop": {"max_steps": 1, "batch_size": 2, "max_seconds": None, "progress": False, "updates_per_batch": 1},
-                   "algorithm": {"group_size": 2, "max_new_tokens": 12}, "max_eval_states": 2, "max_val_states": 2,
-                   "eval_samples": 1},
+                   "algorithm": {"group_size": 2, "max_new_tokens": 12}, "max_eval_states": 2, "eval_samples": 1,
+                   "seeds": [0]},
     "evaluate": {"offline": {"max_states": 2}, "policy": {"max_new_tokens": 16},
                  "online": {"max_tasks": 2, "max_held_out_tasks": 1, "runs": 1, "max_steps": 3, "n_envs": 1}},
 }  # fmt: skip

@@ -50,6 +50,9 @@ class OnlineParams(_Params):
     max_tasks: int | None = Field(default=5, ge=1, description="tasks of the splits on the training sites")
     max_held_out_tasks: int | None = Field(default=1, ge=0, description="tasks of the held-out sites")
     runs: int = Field(default=2, ge=1, description="runs over the same tasks, averaged")
+    #: a model of several training seeds (``rmsweb_models``): how many of its seeds run online, the first in seed
+    #: order (None: every one); offline, every seed is scored
+    max_seeds: int | None = Field(default=None, ge=1)
     max_steps: int = Field(default=14, ge=1)
     greedy: bool = True
     temperature: float = Field(default=1.0, gt=0)
@@ -131,6 +134,34 @@ class EvaluateParams(_Params):
                 f"of them (served has {sorted(self.served)})"
             )
         return self
+
+
+# ---------------------------------------------------------------- models of several training seeds
+
+
+def seed_label(model_name: str, seed: int) -> str:
+    """The label of training seed ``seed``'s model of ``model_name`` (``rmsweb_s0``): one model a seed in every
+    table, pooled where a claim names ``model_name`` (measures.report)."""
+    return f"{model_name}_s{seed}"
+
+
+def seed_of(label: str, model_name: str) -> int | None:
+    """The training seed of ``label`` if it is a seed's label of ``model_name`` (:func:`seed_label`), else None."""
+    prefix = f"{model_name}_s"
+    rest = label.removeprefix(prefix)
+    return int(rest) if label.startswith(prefix) and rest.isdigit() else None
+
+
+def seed_models(model: Any, model_name: str) -> Iterator[tuple[str, Any]]:
+    """``(label, model)`` pairs of a checkpoint dataset's value: ``(model_name, model)`` for one model; for a
+    model of several training seeds (``{seed: model}``, or ``{seed: load}`` as ``SeedCheckpointsDataset``
+    loads it), each seed's in seed order, labelled :func:`seed_label`, loaded only when its turn comes."""
+    if not isinstance(model, dict):
+        yield model_name, model
+        return
+    for seed in sorted(model):
+        loaded = model[seed]
+        yield seed_label(model_name, int(seed)), loaded() if callable(loaded) else loaded
 
 
 # ---------------------------------------------------------------- policy
@@ -528,18 +559,18 @@ def success_summary(episodes: pl.DataFrame, confidence: float) -> dict[str, Any]
     }
 
 
-def paired_outcomes(
+def paired_table(
     rows: pl.DataFrame,
     first: str,
     second: str,
     on: tuple[str, ...] = ("task_id", "run"),
     outcome: str = "success",
-) -> tuple[int, int, int, int]:
-    """The paired 2x2 table of two models' outcomes on the same items, ``(both succeed, only first, only second,
-    neither)``: rows paired by ``on`` (online episodes: ``(task_id, run)``, ``success``; offline predictions:
-    ``state_id``, ``step_success``); a pair where either outcome is null (an environment error: not judged) is left
-    out, so the counts sum to the pairs judged for both. Greedy repeats (:func:`distinct_episodes`) are one pair:
-    a task whose greedy runs gave both models the same outcomes counts once, not once a run."""
+) -> pl.DataFrame:
+    """Two models' outcomes on the same items, one row a pair: the ``on`` columns, ``outcome`` (``first``'s) and
+    ``<outcome>_b`` (``second``'s). Rows are paired by ``on`` (online episodes: ``(task_id, run)``, ``success``;
+    offline predictions: ``state_id``, ``step_success``); a pair where either outcome is null (an environment
+    error: not judged) is left out. Greedy repeats (:func:`distinct_episodes`) are one pair: a task whose greedy
+    runs gave both models the same outcomes counts once, not once a run."""
     extra = [c for c in ("greedy",) if c in rows.columns and c not in on]
     judged = rows.filter(pl.col(outcome).is_not_null()).select("model", *on, outcome, *extra)
     pairs = judged.filter(pl.col("model") == first).join(
@@ -547,6 +578,19 @@ def paired_outcomes(
     )
     if extra and "task_id" in on:
         pairs = distinct_episodes(pairs, (outcome, f"{outcome}_b"))
+    return pairs.select(*on, outcome, f"{outcome}_b")
+
+
+def paired_outcomes(
+    rows: pl.DataFrame,
+    first: str,
+    second: str,
+    on: tuple[str, ...] = ("task_id", "run"),
+    outcome: str = "success",
+) -> tuple[int, int, int, int]:
+    """The paired 2x2 table of two models' outcomes on the same items (:func:`paired_table`), ``(both succeed,
+    only first, only second, neither)``: the counts sum to the pairs judged for both."""
+    pairs = paired_table(rows, first, second, on, outcome)
     a, b = pairs[outcome], pairs[f"{outcome}_b"]
     return int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum())
 

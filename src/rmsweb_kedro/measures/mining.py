@@ -477,40 +477,51 @@ def page_key(url: str, axtree: str | None) -> tuple[str, str]:
 
 
 def reference_index(references: pl.DataFrame) -> dict[tuple[str, str], list[Action]]:
-    """Page state -> the reference actions taken there, from successful reference states (STATE rows) of one task."""
+    """Page state -> the actions that are right there, from successful reference states (STATE rows) of one task:
+    each state's reference set (its reference action first, then the actions the environment established as
+    equivalent: ``schema.reference_set``), in table order, each action once."""
+    from rmsweb_kedro.contracts.schema import reference_set
+
     index: dict[tuple[str, str], list[Action]] = {}
     for row in references.iter_rows(named=True):
-        action = reference_action(row)
         actions = index.setdefault(page_key(row["url"], row["axtree"]), [])
-        if not any(semantically_equal(action, a) for a in actions):
-            actions.append(action)
+        for action in reference_set(row):
+            if not any(semantically_equal(action, a) for a in actions):
+                actions.append(action)
     return index
 
 
-def first_divergence(
-    steps: Sequence[Step], index: dict[tuple[str, str], list[Action]]
-) -> tuple[int, Action] | None:
-    """The first step of a rollout on a page state a reference also reached where the rollout's action is not one
-    the reference took there: (step index, the reference action). Steps on pages no reference saw are passed over
-    (the rollout may come back); None when the rollout never diverges on an aligned page.
-    """
+def divergences(
+    steps: Sequence[Step], index: dict[tuple[str, str], list[Action]], first_only: bool = True
+) -> list[tuple[int, list[Action]]]:
+    """The steps of a rollout on a page state a reference also reached where the rollout's action is none of the
+    actions right there (the reference's or an equivalent one): (step index, those actions, the reference's
+    first of them). Steps on pages no reference saw are passed over (the rollout may come back). ``first_only``: the first
+    such step alone (its history is the reference's up to the wrong action); else the first on each aligned page
+    (later ones follow the policy's own earlier mistakes: on-policy states; a loop on one page counts once)."""
+    found, pages = [], set()
     for step in steps:
-        taken = index.get(page_key(step.url, step.axtree))
-        if taken and not any(semantically_equal(step.action, a) for a in taken):
-            return step.index, taken[0]
-    return None
+        key = page_key(step.url, step.axtree)
+        right = index.get(key)
+        if right and key not in pages and not any(semantically_equal(step.action, a) for a in right):
+            found.append((step.index, right))
+            pages.add(key)
+            if first_only:
+                break
+    return found
 
 
 def state_row(
     task: Task,
     trajectory: Trajectory,
     index: int,
-    reference: Action,
+    reference: Action | Sequence[Action],
     thought: str | None = None,
     screenshot_prefix: str = "",
 ) -> dict[str, Any]:
     """The STATE row of step ``index`` of ``trajectory`` (its observation and the actions before it, as the
-    policy's prompt shows them: ``prompts.state_from_live``) with ``reference`` as the action to take. The step's
+    policy's prompt shows them: ``prompts.state_from_live``) with ``reference`` as the action to take (or the
+    actions right there: the first is the reference action, the others its ``equivalent_actions``). The step's
     screenshot (relative to the trajectory's screenshot folder) gets ``screenshot_prefix`` in front, the way from
     the prompt's ``image_root`` to that folder, so the row carries its image like a corpus state."""
     from rmsweb_kedro.contracts.prompts import state_from_live
@@ -518,13 +529,15 @@ def state_row(
     step = trajectory.steps[index]
     observation = Observation(url=step.url, axtree=step.axtree or "")
     row = state_from_live(task, observation, trajectory.steps[:index])
+    references = _as_references(reference)
     row.update(
         state_id=f"{trajectory.id}:{index}",
         trajectory_id=trajectory.id,
         step_index=index,
         screenshot=f"{screenshot_prefix}{step.screenshot}" if step.screenshot else None,
         reference_thought=thought,
-        reference_action=format_action(reference),
+        reference_action=format_action(references[0]),
+        equivalent_actions=[format_action(a) for a in references[1:]],
     )
     return {name: row.get(name) for name in STATE_SCHEMA.names()}
 
@@ -534,11 +547,13 @@ def divergence_states(
     tasks: dict[str, Task],
     references: pl.DataFrame,
     screenshot_prefix: str = "",
+    first_only: bool = True,
 ) -> tuple[pl.DataFrame, dict[str, int]]:
-    """STATE rows for the first divergence of each failed rollout from the successful references of its task
-    (``references``: STATE rows), built from the rollout's observation and history, with the reference action
-    (screenshots as :func:`state_row`); and counts of what happened to the rollouts. Rollouts the environment
-    failed are counted, never blamed."""
+    """STATE rows for the divergences of each failed rollout from the successful references of its task
+    (``references``: STATE rows; :func:`divergences`, the first alone with ``first_only``), built from the
+    rollout's observation and history, with the actions right there (screenshots as :func:`state_row`); and
+    counts of what happened to the rollouts (``diverged``: rollouts with one; ``divergence_states``: the rows).
+    Rollouts the environment failed are counted, never blamed."""
     by_task = {task_id: reference_index(group) for (task_id,), group in references.group_by("task_id")}
     counts = Counter({"rollouts": len(rollouts)})
     rows = []
@@ -553,11 +568,12 @@ def divergence_states(
         if rollout.task_id not in by_task:
             counts["no_reference"] += 1
             continue
-        found = first_divergence(rollout.steps, by_task[rollout.task_id])
-        if found is None:
+        found = divergences(rollout.steps, by_task[rollout.task_id], first_only)
+        if not found:
             counts["no_aligned_divergence"] += 1
             continue
-        index, reference = found
-        rows.append(state_row(tasks[rollout.task_id], rollout, index, reference, None, screenshot_prefix))
+        for index, right in found:
+            rows.append(state_row(tasks[rollout.task_id], rollout, index, right, None, screenshot_prefix))
         counts["diverged"] += 1
+        counts["divergence_states"] += len(found)
     return pl.DataFrame(rows, schema=STATE_SCHEMA), dict(counts)

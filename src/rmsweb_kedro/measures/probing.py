@@ -53,14 +53,18 @@ class OnlineParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rollouts: int = Field(
-        default=4, ge=0, description="policy rollouts on train tasks (0: no online probing)"
+        default=40, ge=0, description="policy rollouts on train tasks, one a task (0: no online probing)"
     )
     max_steps: int = Field(default=12, ge=1)
-    envs: int = Field(default=1, ge=1, description="browsers rolling out at once (params:rollouts backend)")
+    envs: int = Field(default=2, ge=1, description="browsers rolling out at once (params:rollouts backend)")
     split: str = "train"
     #: roll out on tasks of the probe pool (held out of SFT: its references are ``in_sft`` false) first, then on
     #: tasks SFT trained on; false: one seeded draw over both
     probe_pool_first: bool = True
+    #: the states a failed rollout gives (mining.divergences): ``first``, its first divergence from the
+    #: references; ``every_page``, the first divergence on each page state a reference reached (on-policy states
+    #: after the policy's own mistakes)
+    divergences: Literal["first", "every_page"] = "every_page"
     headless: bool = True
     sandbox_seed: int = 0  # the sandbox world served (the one the tasks were generated for; globals.yml)
     #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
@@ -93,8 +97,11 @@ class MiningParams(BaseModel):
     cap: int | None = Field(default=2000, ge=1, description="most states in the mined set")
     dedup: bool = True
     max_states_probed: int | None = Field(
-        default=200, ge=1, description="offline states probed, drawn at random"
+        default=300, ge=1, description="offline states probed, the probe pool first"
     )
+    #: probe every state of the probe pool (held out of SFT: ``in_sft`` false) first, then fill
+    #: ``max_states_probed`` with states SFT trained on; false: one seeded draw over both
+    probe_pool_first: bool = True
     rl_corpus: Literal["mined", "full"] = "mined"
     seed: int = 0
     online: OnlineParams = Field(default_factory=OnlineParams)
@@ -157,12 +164,27 @@ def probe_states(
     return pl.concat([states, probes], how="horizontal").cast(dict(PROBE_SCHEMA))
 
 
+def probed_rows(corpus: pl.DataFrame, config: MiningParams) -> pl.DataFrame:
+    """The corpus rows (with ``_row``, their position) to probe: up to ``max_states_probed``, with
+    ``probe_pool_first`` every probe-pool state (``in_sft`` false: the SFT policy's failures there are its own, not
+    a fit to its training data) before states SFT trained on, each part drawn at random with the seed; else one
+    draw over both."""
+    rows = corpus.with_row_index("_row")
+    budget = min(corpus.height, config.max_states_probed or corpus.height)
+    if not config.probe_pool_first:
+        return rows.sample(n=budget, seed=config.seed, shuffle=True)
+    pool, trained = rows.filter(~pl.col("in_sft")), rows.filter(pl.col("in_sft"))
+    first = pool.sample(n=min(budget, pool.height), seed=config.seed, shuffle=True)
+    rest = trained.sample(n=min(budget - first.height, trained.height), seed=config.seed, shuffle=True)
+    return pl.concat([first, rest])
+
+
 def probe_corpus(corpus: pl.DataFrame, sft_model: Any, config: MiningParams) -> pl.DataFrame:
-    """Probe up to ``max_states_probed`` corpus states (drawn at random with the seed, whatever their ``in_sft``,
-    so the two origins' competences are measured alike); the other rows keep null probe columns. Adds
-    ``source = "offline"``."""
-    n_probed = min(corpus.height, config.max_states_probed or corpus.height)
-    chosen = corpus.with_row_index("_row").sample(n=n_probed, seed=config.seed, shuffle=True)
+    """Probe up to ``max_states_probed`` corpus states (:func:`probed_rows`: the probe pool first); the other rows
+    keep null probe columns. Adds ``source = "offline"``."""
+    corpus = with_origin(corpus)
+    chosen = probed_rows(corpus, config)
+    n_probed = chosen.height
     started = time.perf_counter()
     with acting_policy(sft_model, config, "offline") as policy:
         probed = probe_states(policy, chosen.drop("_row"), config)
@@ -265,7 +287,10 @@ def probe_online(
             )
         ]
         prefix = f"{Path(os.path.relpath(shots, image_root)).as_posix()}/"
-        states, counts = divergence_states(trajectories, {t.id: t for t in chosen}, references, prefix)
+        first_only = config.online.divergences == "first"
+        states, counts = divergence_states(
+            trajectories, {t.id: t for t in chosen}, references, prefix, first_only
+        )
         probed = (
             _with_mining_columns(probe_states(policy, states, config), "online", in_sft)
             if states.height

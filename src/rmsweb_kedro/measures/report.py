@@ -12,17 +12,26 @@ from typing import Any
 
 import polars as pl
 
-from rmsweb_kedro.measures.evaluation import Claim, EvaluateParams, distinct_episodes, paired_outcomes
+from rmsweb_kedro.measures.evaluation import (
+    Claim,
+    EvaluateParams,
+    distinct_episodes,
+    paired_outcomes,
+    paired_table,
+    seed_of,
+)
 from rmsweb_kedro.measures.mining import EpisodeFailure, classify_episode
 from rmsweb_kedro.measures.reporting import (
     BOOTSTRAP_INTERVAL,
     PAIRED_INTERVAL,
+    SEEDS_INTERVAL,
     as_percent,
     figure_panels,
     markdown_table,
     mcnemar_exact_p,
     paired_bootstrap,
     paired_difference_interval,
+    pooled_seed_bootstrap,
     reflection_step_pairs,
     reflection_steps,
     steps_saved_pct,
@@ -142,16 +151,96 @@ def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: 
     )  # fmt: skip
 
 
-def paired_measure(
-    claim: Claim, episodes: pl.DataFrame, predictions: pl.DataFrame, config: EvaluateParams
+def claim_pairs(labels: list[str], first: str, second: str) -> list[tuple[int | None, str, str]]:
+    """``(seed, first's label, second's label)`` for each comparison a claim between ``first`` and ``second``
+    makes: the two models themselves (seed None); where a name is a model of several training seeds (labels
+    ``<name>_s<seed>``, ``evaluation.seed_label``), each seed's model against the other side, the same seed's when
+    both have seeds. Empty when a side has no model in ``labels``."""
+
+    def members(name: str) -> dict[int | None, str]:
+        if name in labels:
+            return {None: name}
+        return {seed: label for label in labels if (seed := seed_of(label, name)) is not None}
+
+    ours, theirs = members(first), members(second)
+    if None in ours and None in theirs:
+        return [(None, first, second)]
+    if None in theirs:
+        return [(seed, label, second) for seed, label in sorted(ours.items())]
+    if None in ours:
+        return [(seed, first, label) for seed, label in sorted(theirs.items())]
+    return [(seed, ours[seed], theirs[seed]) for seed in sorted(set(ours) & set(theirs))]
+
+
+def pooled_points(
+    rows: pl.DataFrame,
+    pairs: list[tuple[int | None, str, str]],
+    first: str,
+    second: str,
+    config: EvaluateParams,
+    *,
+    offline: bool = False,
 ) -> Measure:
-    """A :data:`~rmsweb_kedro.measures.evaluation.PAIRED_MEASURES` claim between its two ``models``."""
+    """``first``'s success minus ``second``'s in points pooled over training seeds: the mean, over the items
+    (held-out states offline; (task, run) episodes online) judged for every seed's pair (:func:`claim_pairs`), of
+    each seed's paired difference, with the two-way bootstrap interval over items and seeds
+    (:func:`~rmsweb_kedro.measures.reporting.pooled_seed_bootstrap`, ``bootstrap_resamples``, seeded with
+    ``seed``)."""
+    import numpy as np
+
+    on, outcome = (("state_id",), "step_success") if offline else (("task_id", "run"), "success")
+    seeds = [seed for seed, _, _ in pairs]
+    columns = []
+    for index, (_, a, b) in enumerate(pairs):
+        table = paired_table(rows, a, b, on, outcome)
+        difference = pl.col(outcome).cast(pl.Int8) - pl.col(f"{outcome}_b").cast(pl.Int8)
+        columns.append(table.select(*on, difference.alias(f"d{index}")))
+    joined = columns[0]
+    for column in columns[1:]:
+        joined = joined.join(column, on=list(on))
+    what = f"{first} − {second} {'offline step success' if offline else 'online success'}, in points"
+    grid = joined.select(f"d{i}" for i in range(len(pairs))).to_numpy()
+    if not grid.size:
+        return Measure(
+            None, f"{what}, pooled over seeds {seeds}: not measured (no item judged for every seed)", n=0
+        )
+    low, high = pooled_seed_bootstrap(grid, config.bootstrap_resamples, config.seed, config.confidence)
+    per_seed = ", ".join(f"seed {s} {100 * grid[:, i].mean():+.1f}" for i, s in enumerate(seeds))
+    items = "held-out states" if offline else "(task, run) episodes"
+    how = (
+        f"{what}, pooled over training seeds {', '.join(map(str, seeds))}: the mean over the {grid.shape[0]} "
+        f"{items} judged for every seed of the seeds' paired differences ({per_seed}); "
+        f"{config.bootstrap_resamples} resamples of items and seeds, seed {config.seed}"
+    )
+    scale = None if low is None else 100
+    return Measure(
+        float(100 * np.mean(grid)), how, None if low is None else scale * low, None if high is None else scale * high,
+        int(grid.size), SEEDS_INTERVAL,
+    )  # fmt: skip
+
+
+def paired_measures(
+    claim: Claim, episodes: pl.DataFrame, predictions: pl.DataFrame, config: EvaluateParams
+) -> list[tuple[str | None, Measure]]:
+    """A :data:`~rmsweb_kedro.measures.evaluation.PAIRED_MEASURES` claim between its two ``models``, as
+    ``(seeds, measure)`` rows: one for two single models (seeds None); where a side has several training seeds,
+    one row a seed and, for the success claims, one pooled over them (``pooled 0, 1, 2``)."""
     first, second = claim.models
-    if claim.key == "online_success_points":
-        return paired_points(episodes, first, second, config.confidence)
-    if claim.key == "offline_step_points":
-        return paired_points(predictions, first, second, config.confidence, offline=True)
-    return online_steps_saved(episodes, first, second, config)
+    offline = claim.key == "offline_step_points"
+    rows = predictions if offline else episodes
+    labels = list(dict.fromkeys(rows["model"].to_list())) if rows.height else []
+    pairs = claim_pairs(labels, first, second) or [(None, first, second)]
+
+    def one(a: str, b: str) -> Measure:
+        if claim.key == "steps_on_solved_pct":
+            return online_steps_saved(episodes, a, b, config)
+        return paired_points(rows, a, b, config.confidence, offline=offline)
+
+    measured = [(None if seed is None else str(seed), one(a, b)) for seed, a, b in pairs]
+    if len(pairs) > 1 and claim.key != "steps_on_solved_pct":
+        pooled = pooled_points(rows, pairs, first, second, config, offline=offline)
+        measured.append((f"pooled {', '.join(str(seed) for seed, _, _ in pairs)}", pooled))
+    return measured
 
 
 def reflection_saving(collection_log: pl.DataFrame, config: EvaluateParams) -> Measure:
@@ -201,14 +290,15 @@ def reflection_saving(collection_log: pl.DataFrame, config: EvaluateParams) -> M
 def measures(
     episodes: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
 ) -> dict[str, Measure]:
-    """How this run measures each claim key that names no ``models`` (those are :func:`paired_measure`'s)."""
+    """How this run measures each claim key that names no ``models`` (those are :func:`paired_measures`')."""
     return {"reflection_steps_saved_pct": reflection_saving(collection_log, config)}
 
 
 #: The claims table's columns: the paper's claim, this run's figure with its interval (``low``-``high`` over ``n``
 #: pairs or tasks by the method ``interval``; ``resolved``: the interval excludes 0) and how it was measured.
 CLAIMS_SCHEMA = pl.Schema(
-    {"claim": pl.String, "paper": pl.String, "this_run": pl.Float64, "low": pl.Float64, "high": pl.Float64,
+    {"claim": pl.String, "seeds": pl.String, "paper": pl.String, "this_run": pl.Float64, "low": pl.Float64,
+     "high": pl.Float64,
      "n": pl.Int64, "interval": pl.String, "resolved": pl.Boolean, "p_value": pl.Float64, "same_direction": pl.Boolean,
      "within_paper_range": pl.Boolean, "measured_as": pl.String}
 )  # fmt: skip
@@ -217,27 +307,35 @@ CLAIMS_SCHEMA = pl.Schema(
 def claims_table(
     episodes: pl.DataFrame, predictions: pl.DataFrame, collection_log: pl.DataFrame, config: EvaluateParams
 ) -> pl.DataFrame:
-    """The paper's claims (``config.claims``) beside this run's figure (:func:`measures`, or :func:`paired_measure`
-    for a claim naming two ``models``), its interval and whether the direction agrees: every claim is stated as a
-    gain (points gained, % of steps saved), so agreeing means a positive figure; ``resolved`` says whether the
-    interval excludes 0 (None when there is no interval)."""
+    """The paper's claims (``config.claims``) beside this run's figure (:func:`measures`, or
+    :func:`paired_measures` for a claim naming two ``models``: a row a training seed and one pooled over them where
+    a model has several, ``seeds`` naming them), its interval and whether the direction agrees: every claim is
+    stated as a gain (points gained, % of steps saved), so agreeing means a positive figure; ``resolved`` says
+    whether the interval excludes 0 (None when there is no interval)."""
     measured = measures(episodes, collection_log, config)
     rows = []
     for claim in config.claims:
-        m = (
-            paired_measure(claim, episodes, predictions, config)
+        found = (
+            paired_measures(claim, episodes, predictions, config)
             if claim.models
-            else measured.get(claim.key, Measure(None, f"unknown measure {claim.key!r}"))
+            else [(None, measured.get(claim.key, Measure(None, f"unknown measure {claim.key!r}")))]
         )
-        rows.append(
-            {"claim": claim.claim, "paper": claim.paper, "this_run": m.value, "low": m.low, "high": m.high,
-             "n": m.n, "interval": m.interval, "p_value": m.p_value,
-             "resolved": None if m.low is None or m.high is None else m.low > 0 or m.high < 0,
-             "same_direction": None if m.value is None else m.value > 0,
-             "within_paper_range": None if m.value is None or claim.paper_low is None or claim.paper_high is None
-             else claim.paper_low <= m.value <= claim.paper_high, "measured_as": m.how}
-        )  # fmt: skip
+        rows += [claim_row(claim, seeds, m) for seeds, m in found]
     return pl.DataFrame(rows, schema=CLAIMS_SCHEMA)
+
+
+def claim_row(claim: Claim, seeds: str | None, m: Measure) -> dict[str, Any]:
+    """One row of the claims table (:data:`CLAIMS_SCHEMA`): the claim, the seeds its figure is over, the figure."""
+    in_range = (
+        None
+        if m.value is None or claim.paper_low is None or claim.paper_high is None
+        else claim.paper_low <= m.value <= claim.paper_high
+    )
+    return {"claim": claim.claim, "seeds": seeds, "paper": claim.paper, "this_run": m.value, "low": m.low,
+            "high": m.high, "n": m.n, "interval": m.interval, "p_value": m.p_value,
+            "resolved": None if m.low is None or m.high is None else m.low > 0 or m.high < 0,
+            "same_direction": None if m.value is None else m.value > 0, "within_paper_range": in_range,
+            "measured_as": m.how}  # fmt: skip
 
 
 # ---------------------------------------------------------------- plots
@@ -369,6 +467,92 @@ def plot_failure_modes(modes: pl.DataFrame):
     return fig
 
 
+def flips(predictions: pl.DataFrame, first: str, second: str) -> pl.DataFrame:
+    """The held-out states whose offline step success differs between ``first`` (or each of its training seeds'
+    models, ``claim_pairs``) and ``second``: one row per (``model``, ``state_id``) with ``won_by`` (``first`` or
+    ``second``'s name) and the state's ``step_kind``."""
+    labels = list(dict.fromkeys(predictions["model"].to_list())) if predictions.height else []
+    rows = []
+    for _, a, b in claim_pairs(labels, first, second):
+        ours = predictions.filter(pl.col("model") == a).select(
+            "state_id", pl.col("step_kind").fill_null("unknown"), "step_success"
+        )
+        theirs = predictions.filter(pl.col("model") == b).select(
+            "state_id", pl.col("step_success").alias("b")
+        )
+        pairs = ours.join(theirs, on="state_id").filter(pl.col("step_success") != pl.col("b"))
+        rows.append(
+            pairs.select(
+                pl.lit(a).alias("model"), "state_id", "step_kind",
+                pl.when(pl.col("step_success")).then(pl.lit(first)).otherwise(pl.lit(second)).alias("won_by"),
+            )
+        )  # fmt: skip
+    schema = {"model": pl.String, "state_id": pl.String, "step_kind": pl.String, "won_by": pl.String}
+    return pl.concat(rows) if rows else pl.DataFrame(schema=schema)
+
+
+def plot_flips(predictions: pl.DataFrame, first: str = "rmsweb", second: str = "sft"):
+    """Which held-out states flipped between ``second`` and ``first`` (each training seed of ``first``): bars up
+    for the states ``first`` won, down for those ``second`` won, split by what the state asks for (step kind), the
+    net count above each bar."""
+    from matplotlib import colormaps
+
+    flipped = flips(predictions, first, second)
+    models = flipped["model"].unique(maintain_order=True).to_list()
+    kinds = sorted(flipped["step_kind"].unique().to_list())
+    palette = colormaps["tab20"]
+    fig, (ax,) = figure_panels(panel_size=(max(5.0, 1.6 * len(models) + 3), 4.5))
+    for side, sign in ((first, 1), (second, -1)):
+        bottom = [0] * len(models)
+        for index, kind in enumerate(kinds):
+            counts = [
+                sign
+                * flipped.filter(
+                    (pl.col("model") == m) & (pl.col("won_by") == side) & (pl.col("step_kind") == kind)
+                ).height
+                for m in models
+            ]
+            ax.bar(
+                models,
+                counts,
+                bottom=bottom,
+                color=palette(index % palette.N),
+                label=kind if sign > 0 else None,
+            )
+            bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
+    for x, model in enumerate(models):
+        won = flipped.filter(pl.col("model") == model)["won_by"]
+        ax.annotate(f"net {int((won == first).sum() - (won == second).sum()):+d}", (x, 0), ha="center",
+                    xytext=(0, 4), textcoords="offset points", fontsize=8)  # fmt: skip
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylabel(f"held-out states won by {first} (up) / by {second} (down)")
+    ax.set_title(f"States that flipped, {first} against {second}" + ("" if models else " (none)"))
+    if kinds:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def salvage_ds_table(report: dict[str, Any] | None) -> pl.DataFrame:
+    """One row per Salvage-DS training seed (``salvage_ds_report``): the update whose weights it returned (0: the
+    SFT policy) and the dev step success there against step 0's, the trained states left in the pool, and per
+    sampled batch the mean generation rounds and accepted, anchored and discarded groups."""
+    schema = {"seed": pl.Int64, "returned": pl.String, "dev_sft": pl.Float64, "dev_returned": pl.Float64,
+              "rounds": pl.Float64, "accepted": pl.Float64, "anchored": pl.Float64, "discarded": pl.Float64,
+              "saturated": pl.Float64}  # fmt: skip
+    if not report or "runs" not in report:
+        return pl.DataFrame(schema=schema)
+    dev_sft = report["before"].get("dev", {}).get("step_success_rate")
+    rows = [
+        {"seed": int(seed), "returned": run["returned"], "dev_sft": dev_sft, "dev_returned": run["best_dev"],
+         "rounds": run["means"].get("rounds"), "accepted": run["means"].get("accepted_groups"),
+         "anchored": run["means"].get("anchored_groups"), "discarded": run["means"].get("discarded_groups"),
+         "saturated": run["means"].get("saturated_states")}
+        for seed, run in report["runs"].items()
+    ]  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)
+
+
 def history_rows(metrics: Any) -> list[dict[str, Any]]:
     """Training history rows ``{"step", "train/loss", "eval/loss", ...}`` (as the training loop's
     ``LoopResult.history``) from a table, a list of rows, or a dict holding them under ``history``."""
@@ -382,16 +566,23 @@ def history_rows(metrics: Any) -> list[dict[str, Any]]:
 
 
 def plot_training_curves(sft_metrics: Any, salvage_ds_metrics: Any):
-    """Loss curves of SFT and Salvage-DS (every ``*loss*`` series of each history, by optimizer step)."""
+    """Loss curves of SFT and Salvage-DS (every ``*loss*`` series of each history, by optimizer step; a line a
+    training seed where the history has a ``seed`` column)."""
     fig, panels = figure_panels(2)
     for ax, (name, metrics) in zip(
         panels, (("SFT", sft_metrics), ("Salvage-DS", salvage_ds_metrics)), strict=True
     ):
         rows = [r for r in history_rows(metrics) if "step" in r]
         series = sorted({k for r in rows for k in r if "loss" in k})
+        seeds = list(dict.fromkeys(r.get("seed") for r in rows))
         for key in series:
-            points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-            ax.plot(*zip(*points, strict=True), label=key, marker="." if len(points) < 20 else None)
+            for seed in seeds:
+                points = [
+                    (r["step"], r[key]) for r in rows if r.get(key) is not None and r.get("seed") == seed
+                ]
+                label = key if seed is None or len(seeds) == 1 else f"{key}, seed {seed}"
+                if points:
+                    ax.plot(*zip(*points, strict=True), label=label, marker="." if len(points) < 20 else None)
         ax.set_title(f"{name} training" + ("" if series else " (no history)"))
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("loss")
@@ -424,9 +615,12 @@ def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: fl
         f"are up to {100 * widest:.0f} points wide."
     )
     paired = [
-        f"{r['claim']}: {r['this_run']:+.1f} points ({r['low']:+.1f} to {r['high']:+.1f}, "
-        f"{r['interval']}, {r['n']} pairs), {'resolved' if r['resolved'] else 'not resolved'}"
-        for r in claims.filter(pl.col("interval") == PAIRED_INTERVAL).iter_rows(named=True)
+        f"{r['claim']}{'' if r['seeds'] is None else ' (seeds ' + r['seeds'] + ')'}: {r['this_run']:+.1f} points "
+        f"({r['low']:+.1f} to {r['high']:+.1f}, {r['interval']}, {r['n']} pairs), "
+        f"{'resolved' if r['resolved'] else 'not resolved'}"
+        for r in claims.filter(pl.col("interval").is_in([PAIRED_INTERVAL, SEEDS_INTERVAL])).iter_rows(
+            named=True
+        )
     ]
     if not paired:
         return sentence + " Differences inside them are not resolved at this n."
@@ -444,10 +638,12 @@ def build_report(
     config: EvaluateParams,
     manifest: dict[str, Any] | None = None,
     ablations: str | None = None,
+    salvage: dict[str, Any] | None = None,
 ) -> str:
     """``report.md``: the run manifest (``provenance.manifest_markdown``: commit, packages, seeds, checkpoints,
-    judges, hardware, MLflow run), what was compared and how, the tables, the figures (files beside the report);
-    with ``ablations`` (the ablations pipeline's markdown section), that section too."""
+    judges, hardware, MLflow run), what was compared and how, the tables (Salvage-DS's runs from ``salvage``, its
+    report), the figures (files beside the report); with ``ablations`` (the ablations pipeline's markdown section),
+    that section too."""
     from rmsweb_kedro.runs.provenance import manifest_markdown
 
     online = config.online
@@ -495,6 +691,15 @@ def build_report(
         markdown_table(claims),
         "A toy-scale default run (tiny model, minutes of CPU) shows whether each stage works and points the right "
         "way, not the paper's sizes; the production configuration (`--env production`) is where sizes are measured.",
+        "## Salvage-DS: what each training seed did",
+        "Each seed's run starts from the same SFT checkpoint; the dev split (`sft_states_dev`, which nothing else "
+        "trains or evaluates on) is scored before training and every `loop.eval_every` updates, and the run returns "
+        "the best of those weights (`returned`; `sft`: step 0 won, the SFT policy itself). Dev step success in %; "
+        "the other columns are means per sampled batch (`saturated`: states that left the pool, all right in a row). "
+        "Figures: `salvage_ds/training.png` (dev curve, groups per batch, the pool, loss terms), "
+        "`salvage_ds/states.png` (each trained state's share right over the updates), `evaluate/flips.png` (the "
+        "held-out states that flipped).",
+        markdown_table(as_percent(salvage_ds_table(salvage), ["dev_sft", "dev_returned"])),
         "## Collection statistics",
         markdown_table(as_percent(collection, ["yield"])),
         "### Steps on solved tasks: reflection_retries vs the other modes (paired, same tasks, same budget)",

@@ -167,6 +167,31 @@ def paired_bootstrap(
     return float(low), float(high)
 
 
+SEEDS_INTERVAL = "two-way bootstrap (items x seeds)"
+
+
+def pooled_seed_bootstrap(
+    differences: Any, resamples: int, seed: int, confidence: float = 0.95
+) -> tuple[float | None, float | None]:
+    """Percentile interval of the mean of ``differences`` (an ``(items, seeds)`` array: one model's outcome minus
+    another's on the same item, for each training seed) by the two-way bootstrap: each of ``resamples`` draws
+    resamples the items and, independently, the seeds with replacement and takes the mean of the resampled grid,
+    so the interval holds both sources of chance, which items were drawn and which seeds trained (with the items
+    alone it would narrow as seeds are added, whatever their spread). ``(None, None)`` under 2 items."""
+    import numpy as np
+
+    grid = np.asarray(differences, dtype=float)
+    items, seeds = grid.shape
+    if items < 2:
+        return None, None
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, items, size=(resamples, items))
+    columns = rng.integers(0, seeds, size=(resamples, seeds))
+    values = grid[rows[:, :, None], columns[:, None, :]].mean(axis=(1, 2))
+    low, high = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(low), float(high)
+
+
 # ---------------------------------------------------------------- reflection steps saved
 
 #: The modes reflection_retries is compared with, in order of preference: the same attempt budget R first.

@@ -60,7 +60,10 @@ def run_launched(name: str, accelerate_dir: str | Path, module: str, job: dict[s
     summary = json.loads((output_dir / "result.json").read_text())
     history = [json.loads(line) for line in (output_dir / "history.jsonl").read_text().splitlines()]
     model, _ = load_model({"path": str(output_dir / "final")})
-    return LoopResult(model, summary["step"], history, summary["resumed_from"], summary["stopped_early"])
+    return LoopResult(
+        model, summary["step"], history, summary["resumed_from"], summary["stopped_early"],
+        best_step=summary.get("best_step"), best_value=summary.get("best_value"),
+    )  # fmt: skip
 
 
 def job_checkpoint(model_dir: str | Path, base_checkpoint: Any = None) -> dict[str, Any]:
@@ -111,6 +114,8 @@ def save_launched(result: LoopResult, processor, output_dir: str | Path) -> None
             "step": result.step,
             "resumed_from": result.resumed_from,
             "stopped_early": result.stopped_early,
+            "best_step": result.best_step,
+            "best_value": result.best_value,
         }
         (output_dir / "result.json").write_text(json.dumps(summary))
     accelerator.wait_for_everyone()

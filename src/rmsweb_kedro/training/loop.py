@@ -23,6 +23,9 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy traine
   samples and of the settings that shape the steps (:func:`run_identity`); another run's checkpoints are an error
   that says which differs;
 - a wall-clock budget (``max_seconds``) that ends the run early, cleanly, with a checkpoint;
+- checkpoint selection (``select_metric``, e.g. ``eval/dev/step_success_rate``): ``eval_fn`` also runs before the
+  first update (step 0), and the run returns the weights of the evaluation where the metric was highest (the
+  earliest of equals: with nothing better, the starting weights), ``LoopResult.best_step`` saying which;
 - a step with nothing to learn takes no optimizer step: when the rollout marks every micro-batch of the step
   ``learnable: False`` on every process (e.g. every sampled group was discarded), the step is counted and logged
   (``train/optimizer_step`` 0) but AdamW does not move the weights on stale momentum;
@@ -122,6 +125,11 @@ class LoopConfig(BaseModel):
         default=False, description="recompute activations in the backward pass (memory for ~30% more compute)"
     )
     eval_every: int = Field(default=50, ge=0, description="0: evaluate only at the end")
+    select_metric: str | None = Field(
+        default=None,
+        description="an eval_fn metric: the run returns the weights where it was highest, step 0 included "
+        "(None: the last weights)",
+    )
     max_eval_batches: int | None = None
     save_every: int = Field(default=0, ge=0, description="0: checkpoint only at the end")
     keep_checkpoints: int = Field(default=2, ge=1)
@@ -150,6 +158,9 @@ class LoopResult:
     resumed_from: int | None
     stopped_early: bool
     accelerator: Any = field(repr=False, default=None)
+    #: ``select_metric``: the step whose weights ``model`` holds (0: the starting weights) and its metric
+    best_step: int | None = None
+    best_value: float | None = None
 
     def last(self, key: str) -> float | None:
         """The latest logged value of ``key`` (e.g. ``'eval/loss'``), or None."""
@@ -162,13 +173,53 @@ class _LoopState:
     def __init__(self) -> None:
         self.step = 0
         self.history: list[dict[str, float]] = []
+        self.best_step: int | None = None  # select_metric: the best evaluation so far
+        self.best_value: float | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "history": self.history}
+        return {"step": self.step, "history": self.history, "best_step": self.best_step,
+                "best_value": self.best_value}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
         self.history = list(state["history"])
+        self.best_step, self.best_value = state.get("best_step"), state.get("best_value")
+
+
+def _local_weights(model) -> list[tuple[str, Any]]:
+    """The trainable parameters as this process holds them: a DTensor's local shard (FSDP2), the tensor itself
+    otherwise, so keeping and restoring the best weights moves no shard between processes."""
+    return [
+        (name, param.to_local() if hasattr(param, "to_local") else param)
+        for name, param in model.named_parameters()
+        if param.requires_grad
+    ]
+
+
+class _BestWeights:
+    """``select_metric``'s best weights so far: a CPU copy of this process's trainable weights, written into each
+    checkpoint (``best_<rank>.pt``) so a resumed run keeps them."""
+
+    def __init__(self) -> None:
+        self.weights: dict[str, Any] | None = None
+
+    def keep(self, model) -> None:
+        import torch
+
+        with torch.no_grad():
+            self.weights = {name: t.detach().to("cpu", copy=True) for name, t in _local_weights(model)}
+
+    def restore(self, model) -> None:
+        import torch
+
+        assert self.weights is not None
+        with torch.no_grad():
+            for name, tensor in _local_weights(model):
+                tensor.copy_(self.weights[name].to(tensor.device))
+
+    @staticmethod
+    def path(checkpoint: Path, rank: int) -> Path:
+        return checkpoint / f"best_{rank}.pt"
 
 
 def learning_rate_at(step: int, config: LoopConfig) -> float:
@@ -372,15 +423,23 @@ def _rollout_file(path: Path, rank: int) -> Path:
 
 
 def _save_checkpoint(
-    accelerator, output_dir: Path, state: _LoopState, keep: int, pending: list[dict[str, Any]] | None
+    accelerator,
+    output_dir: Path,
+    state: _LoopState,
+    keep: int,
+    pending: list[dict[str, Any]] | None,
+    best: _BestWeights,
 ) -> None:
-    """``save_state`` plus, between the updates of a batch, each process's rolled-out micro-batches (``pending``)."""
+    """``save_state`` plus, between the updates of a batch, each process's rolled-out micro-batches (``pending``),
+    and the best weights so far (``select_metric``)."""
     import torch
 
     path = output_dir / "checkpoints" / f"step_{state.step:07d}"
     accelerator.save_state(str(path))
     if pending is not None:
         torch.save([_to_device(b, "cpu") for b in pending], _rollout_file(path, accelerator.process_index))
+    if best.weights is not None:
+        torch.save(best.weights, _BestWeights.path(path, accelerator.process_index))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (path / _COMPLETE).write_text(str(state.step))
@@ -553,6 +612,9 @@ def train_loop(
             model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=accelerator.device))
     state = _LoopState()
     accelerator.register_for_checkpointing(state)
+    best = _BestWeights()
+    if config.select_metric is not None and eval_fn is None:
+        raise ValueError(f"loop.select_metric {config.select_metric!r} needs an eval_fn that measures it")
 
     resumed_from = None
     if not config.resume and accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
@@ -583,6 +645,23 @@ def train_loop(
             pending = [
                 _to_device(b, accelerator.device) for b in torch.load(saved, weights_only=False)
             ]  # our own file, written by _save_checkpoint
+        if state.best_step is not None:
+            best.weights = torch.load(_BestWeights.path(checkpoints[-1], accelerator.process_index))
+
+    def select(row: dict[str, float]) -> None:
+        """Keep the weights of an evaluation that beats the best so far on ``select_metric``."""
+        value = row.get(config.select_metric)
+        if value is None:
+            measured = sorted(k for k in row if k.startswith("eval/"))
+            raise ValueError(f"loop.select_metric {config.select_metric!r} is not among eval_fn's {measured}")
+        if state.best_value is None or value > state.best_value:
+            state.best_step, state.best_value = state.step, float(value)
+            best.keep(accelerator.unwrap_model(model))
+
+    if config.select_metric is not None and state.step == 0 and resumed_from is None:
+        start = {"step": 0, **_run_eval_fn(eval_fn, model, accelerator)}  # the starting weights' score
+        state.history.append(start)
+        select(start)
 
     lengths: dict[int, int] = {}
 
@@ -689,6 +768,8 @@ def train_loop(
                 row.update(evaluate(model, eval_samples, collate, loss_fn, config, accelerator, rollout))
             if eval_fn is not None:
                 row.update(_run_eval_fn(eval_fn, model, accelerator))
+                if config.select_metric is not None:
+                    select(row)
         state.history.append(row)
         if accelerator.is_main_process:
             # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.runs.tracking)
@@ -698,7 +779,7 @@ def train_loop(
             {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}
         )
         if config.save_checkpoints and ((config.save_every and state.step % config.save_every == 0) or last):
-            _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints, pending)
+            _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints, pending, best)
         if out_of_time and state.step < config.max_steps:
             logger.warning("time budget of %.0f s spent: stopping at step %d", config.max_seconds, state.step)
             stopped_early = True
@@ -706,5 +787,14 @@ def train_loop(
     bar.close()
     accelerator.wait_for_everyone()
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)  # plain forward, no autocast
+    if state.best_step is not None and state.best_step != state.step:
+        best.restore(unwrapped)
+        logger.info(
+            "%s was highest at step %d (%.4g): returning those weights, not step %d's",
+            config.select_metric, state.best_step, state.best_value, state.step,
+        )  # fmt: skip
     unwrapped.eval()
-    return LoopResult(unwrapped, state.step, state.history, resumed_from, stopped_early, accelerator)
+    return LoopResult(
+        unwrapped, state.step, state.history, resumed_from, stopped_early, accelerator,
+        state.best_step, state.best_value,
+    )  # fmt: skip

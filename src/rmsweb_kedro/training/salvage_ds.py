@@ -24,44 +24,55 @@ With the group alone and r_neg = r_invalid, a group contrasts exactly when 0 < c
 
     \sigma_g > \tau_contrast   and   c_low <= c_g <= c_high
 
-and otherwise rejects it with one reason: ``no_contrast`` (all rewards equal), ``too_hard`` (c_g < c_low) or
-``too_easy`` (c_g > c_high). Accepted groups :math:`\mathcal{A}` get group-relative advantages
+and otherwise rejects it with one reason: ``all_right`` or ``all_wrong`` (no contrast: every reward equal, every
+sample right, or not), ``too_hard`` (c_g < c_low) or ``too_easy`` (c_g > c_high). Accepted groups :math:`\mathcal{A}`
+get group-relative advantages
 
     \hat A_{g,i} = (r_{g,i} - \mu_g) / (\sigma_g + \epsilon_std)    (or r_{g,i} - \mu_g when scale_by_std is off)
 
-and rejected groups :math:`\mathcal{R}` get the **action-only anchor**: the negative log-likelihood of the tokens
-of the reference *action* :math:`y^*_g` (the thought masked out).
+and the rejected groups the ``anchor`` rule names, :math:`\mathcal{R}` (``failing``: the ones the policy fails,
+``all_wrong`` and ``too_hard``; ``all``: every rejected group), get the **action-only anchor** *beside* them: the
+negative log-likelihood of the tokens of the reference *action* :math:`y^*_g` (the thought masked out).
 
-**Dynamic sampling** (DAPO's, Yu et al. 2025, sec. 3.2; verl's ``max_num_gen_batches``): a step keeps sampling
-groups for further states, B at a time (B = ``loop.batch_size``), until it holds B *usable* groups (accepted, or
-anchored in ``salvage_ds``) or ``max_rounds`` generation rounds are spent; surplus groups of the last round and
-rejected groups that are not anchored are discarded (``train/discarded_groups``, ``train/rounds``). A step that
-ends with nothing to learn (no accepted group with a non-zero advantage, nothing anchored) takes no optimizer step.
+**Dynamic sampling** (DAPO's, Yu et al. 2025, sec. 3.2; verl's ``max_num_gen_batches``): a batch is filled with
+*accepted* groups. A step samples groups for B states (B = ``loop.batch_size``) and, while it holds fewer than B
+accepted groups, samples another round of B states drawn from the pool (states not yet drawn in this batch) until
+B are accepted or ``max_rounds`` rounds are spent. Anchored groups ride along and never count toward B; accepted
+groups past B (``surplus``) and rejected groups the rule does not anchor are discarded (``train/discarded_groups``,
+``train/rounds``). A state whose groups were all right in ``saturation_draws`` consecutive draws has been learnt:
+it **leaves the pool** (``train/pool_states``, ``train/saturated_states``). A step that ends with nothing to learn
+(no accepted group with a non-zero advantage, nothing anchored, no replay) takes no optimizer step.
 ``sampled_action_budget`` caps the sampled actions of a run, so modes are compared at equal sampling cost.
 
 With the token ratio :math:`\rho_{g,i,t} = \pi_\theta(o_{g,i,t} | s_g, o_{g,i,<t}) / \pi_{old}(o_{g,i,t} | s_g,
 o_{g,i,<t})`, the per-token surrogate :math:`\ell_{g,i,t} = -min(\rho \hat A_{g,i}, clip(\rho, 1-\epsilon_low,
-1+\epsilon_high) \hat A_{g,i}) + \beta D_k3(g,i,t)` and the group shares :math:`w_A = |A| / (|A| + |R|)`,
-:math:`w_R = |R| / (|A| + |R|)`, the total loss of one optimizer step is
+1+\epsilon_high) \hat A_{g,i})` and the group shares :math:`w_A = |A| / (|A| + |R|)`, :math:`w_R = |R| / (|A| +
+|R|)`, the total loss of one optimizer step is
 
     L(\theta) = w_A \cdot 1/N_o \sum_{g \in A} \sum_i \sum_t \ell_{g,i,t}
               + \lambda \cdot w_R \cdot 1/N_a \sum_{g \in R} \sum_{t \in action(y^*_g)} -log \pi_\theta(y^*_{g,t} | s_g, y^*_{g,<t})
+              + \eta \cdot 1/N_p \sum_{s \in P} \sum_{t \in y^*_s} -log \pi_\theta(y^*_{s,t} | s, y^*_{s,<t})
+              + \beta \cdot 1/N_k \sum_{every trained token} D_k3
 
     D_k3 = \pi_ref / \pi_\theta - log(\pi_ref / \pi_\theta) - 1     (\pi_ref: the frozen SFT policy, per token)
 
-where :math:`N_o` is the number of completion tokens of accepted groups and :math:`N_a` the number of anchored
-action tokens in the step (token-level aggregation inside each term: every token weighs the same, long replies do
-not dilute). The shares make :math:`\lambda` mean what it says: an anchored group weighs :math:`\lambda` times an
-accepted group, whatever the accepted/rejected mix (without them one anchored group's ~10 tokens would weigh
-:math:`\lambda` times all accepted groups together). A term with no tokens is zero.
+where :math:`N_o` is the number of completion tokens of accepted groups, :math:`N_a` the number of anchored
+action tokens, :math:`P` the step's **SFT replay** states (``replay_states`` drawn from the SFT training states,
+whole reference replies, :math:`N_p` tokens; weight :math:`\eta`, 0: none) and :math:`N_k = N_o + N_a + N_p` (the
+KL to SFT holds on every row the step trains: sampled, anchored and replayed). Token-level aggregation inside each
+term: every token weighs the same, long replies do not dilute. The shares make :math:`\lambda` mean what it says:
+an anchored group weighs :math:`\lambda` times an accepted group, whatever the accepted/rejected mix. A term with no
+tokens is zero.
 
 **Updates per batch** :math:`\mu` (``loop.updates_per_batch``): the groups are sampled once, and L is minimised
 for :math:`\mu` optimizer steps on them with :math:`\pi_{old}`, the rewards, the gate's decisions and
 :math:`\hat A` frozen (``SalvageDSStep.rollout``). At the first of the :math:`\mu` updates
 :math:`\pi_\theta = \pi_{old}`, so :math:`\rho = 1` and nothing is clipped; from the second on :math:`\rho`
-moves and the clip bounds it. The default stays :math:`\mu = 1` (one step a sampled batch, TRL's
-``num_iterations=1``); ``benchmarks/salvage_ds_mu.py`` compares :math:`\mu` = 1, 2, 4 at equal sampling cost
-(docs/salvage_ds.md).
+moves and the clip bounds it (docs/salvage_ds.md, "Choosing the defaults").
+
+**No harm by construction**: the stage scores the policy on a dev split (``sft_states_dev``: states neither SFT,
+Salvage-DS's training nor ``evaluate`` uses) before training and every ``loop.eval_every`` updates, and the loop
+returns the best of those checkpoints, step 0 (the SFT policy) included (``LoopConfig.select_metric``).
 
 The modes (``mode``), each what its name says:
 
@@ -70,12 +81,13 @@ The modes (``mode``), each what its name says:
                           (\epsilon_high = \epsilon_low), no dynamic sampling, no anchor
     dapo                  DAPO: token mean, clip-higher (\epsilon_high), dynamic sampling over the contrast filter
                           (\sigma_g > \tau_contrast), rejected groups discarded
-    salvage_ds            the full gate, dynamic sampling, rejected groups anchored with weight \lambda
+    salvage_ds            the full gate, dynamic sampling, the rejected groups ``anchor`` names anchored, weight
+                          \lambda
     salvage_ds_no_anchor  the full gate, dynamic sampling, rejected groups discarded
 
 Several processes: ``accelerate launch ... -m rmsweb_kedro.training.salvage_ds --job JOB.json`` (the
 ``salvage_ds`` node starts it when ``launch`` names a config; ``training.launch``, the design SFT shares); ``JOB.json``:
-``{"model_dir", "checkpoint", "train_path", "splits": {name: path}, "output_dir", "config": SalvageDSJob}``
+``{"model_dir", "checkpoint", "train_path", "dev_path", "replay_path", "output_dir", "config": SalvageDSJob}``
 (``checkpoint``: the load config of ``model_dir``, ``training.launch.job_checkpoint``; absent: path and dtype auto).
 The ``served`` sampler runs there too (DDP or FSDP2): the main process serves, every process samples. Under FSDP2 and
 ZeRO-3 the policy's weights are sharded: the loop turns on synced generation, so every process keeps stepping the
@@ -122,11 +134,20 @@ from rmsweb_kedro.training.sampling import (
 )
 
 Mode = Literal["grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor"]
-RejectReason = Literal["no_contrast", "too_easy", "too_hard"]
-#: The file under the loop's output_dir holding every sampled group (batch, round, state, samples, rewards, the gate's
-#: decision: accepted, anchored, rejected or surplus, and its reason), one JSON a line: the viewer reads it.
+RejectReason = Literal["all_right", "all_wrong", "too_easy", "too_hard"]
+#: The file under the loop's output_dir holding every sampled group, one JSON a line: the sampled batch and its
+#: generation round, the state, the policy version that sampled it, the G samples (canonical texts, ``<invalid:
+#: reason>``), their rewards and how many are right, the gate's decision (accepted; anchored; rejected, discarded;
+#: surplus, accepted past B and discarded) and reason, and the process; the ``salvage_ds`` stage gathers every
+#: seed's into ``salvage_ds_groups`` (``pipelines/salvage_ds/nodes.GROUPS_SCHEMA``).
 GROUP_LOG = "groups.jsonl"
-REJECT_REASONS: tuple[RejectReason, ...] = ("no_contrast", "too_easy", "too_hard")
+REJECT_REASONS: tuple[RejectReason, ...] = ("all_right", "all_wrong", "too_easy", "too_hard")
+#: The rejected groups each ``anchor`` rule anchors: ``failing``, the groups the policy fails (below the band or
+#: never right); ``all``, every rejected group (a state already solved is anchored too: SFT on what it knows).
+ANCHORED_REASONS: dict[str, frozenset[str]] = {
+    "failing": frozenset({"all_wrong", "too_hard"}),
+    "all": frozenset(REJECT_REASONS),
+}
 
 
 class SalvageDSParams(BaseModel):
@@ -149,16 +170,22 @@ class SalvageDSParams(BaseModel):
     competence: Literal["group_and_probe", "group"] = "group_and_probe"
     c_low: float = Field(0.15, ge=0.0, le=1.0)
     c_high: float = Field(0.85, ge=0.0, le=1.0)
+    anchor: Literal["failing", "all"] = "failing"  # which rejected groups are anchored (ANCHORED_REASONS)
     # dynamic sampling
-    max_rounds: int = Field(3, ge=1)  # generation rounds (of B states each) at most per sampled batch
+    max_rounds: int = Field(4, ge=1)  # generation rounds (of B states each) at most per sampled batch
+    saturation_draws: int | None = Field(
+        2, ge=1
+    )  # all right this many draws in a row: the state leaves the pool
     sampled_action_budget: int | None = Field(None, ge=1)  # sampled actions of the whole run; None: no cap
     # objective
     scale_by_std: bool = True
     eps_std: float = Field(1e-4, gt=0.0)
     eps_low: float = Field(0.2, ge=0.0, lt=1.0)
     eps_high: float = Field(0.28, ge=0.0)  # clip-higher; grpo clips symmetrically at eps_low
-    beta: float = Field(0.0, ge=0.0)  # weight of D_k3 to the frozen SFT policy; 0: no reference model
+    beta: float = Field(0.0, ge=0.0)  # weight of D_k3 to the frozen SFT policy on every row; 0: no reference
     lam: float = Field(0.5, ge=0.0)  # anchor weight lambda: an anchored group weighs lam accepted groups
+    eta: float = Field(0.0, ge=0.0)  # weight of the SFT replay term; 0: no replay
+    replay_states: int = Field(4, ge=1)  # P: SFT training states replayed each sampled batch (eta > 0)
     # sampling (the policy that produces pi_old)
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -174,6 +201,10 @@ class SalvageDSParams(BaseModel):
     def anchor_weight(self) -> float:
         """lambda as the mode uses it: only ``salvage_ds`` anchors rejected groups."""
         return self.lam if self.mode == "salvage_ds" else 0.0
+
+    def anchors(self, reason: RejectReason) -> bool:
+        """Whether a group rejected for ``reason`` gets the anchor (the mode anchors, and ``anchor`` names it)."""
+        return self.anchor_weight > 0 and reason in ANCHORED_REASONS[self.anchor]
 
     @property
     def clip_high(self) -> float:
@@ -231,11 +262,13 @@ def reward(action: Action | None, references: list[Action], p: SalvageDSParams) 
 
 @dataclass(frozen=True)
 class GroupStats:
-    """mu_g, sigma_g (population std) and the competence c_g of one group."""
+    """mu_g, sigma_g (population std), the competence c_g of one group and the share of its own G samples that are
+    right (c_g without the probe)."""
 
     mean: float
     std: float
     competence: float
+    share_right: float
 
 
 def group_statistics(
@@ -251,15 +284,15 @@ def group_statistics(
         raise ValueError(f"probe_right ({probe_right}) must lie in [0, probe_samples ({probe_samples})]")
     r = torch.tensor(rewards, dtype=torch.float64)
     competence = (sum(right) + probe_right) / (len(right) + probe_samples)
-    return GroupStats(float(r.mean()), float(r.std(correction=0)), competence)
+    return GroupStats(float(r.mean()), float(r.std(correction=0)), competence, sum(right) / len(right))
 
 
 def gate(stats: GroupStats, p: SalvageDSParams) -> RejectReason | None:
     """None when the group is accepted for the clipped objective, else why it is rejected (see the modes)."""
     if p.mode == "grpo":
         return None
-    if stats.std <= p.tau_contrast:
-        return "no_contrast"
+    if stats.std <= p.tau_contrast:  # no contrast: all right, or not (none right; rewards that cannot tell)
+        return "all_right" if stats.share_right == 1.0 else "all_wrong"
     if p.mode == "dapo":
         return None
     if stats.competence < p.c_low:
@@ -314,14 +347,15 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossParts:
-    """The terms of L for one (micro-)batch, already divided by the step's token counts N_o and N_a (or, in
-    ``grpo``, by the step's reply count) and weighted by the group shares, so the parts of several micro-batches
-    of one step add up to the step's loss. ``surrogate``/``kl``/``anchor`` are the unweighted means (metrics)."""
+    """The terms of L for one (micro-)batch, already divided by the step's token counts N_o, N_a, N_p and N_k (or,
+    in ``grpo``, the surrogate by the step's reply count) and weighted, so the parts of several micro-batches of one
+    step add up to the step's loss. ``surrogate``/``anchor``/``replay``/``kl`` are the unweighted means (metrics)."""
 
     loss: torch.Tensor
     surrogate: torch.Tensor
     kl: torch.Tensor
     anchor: torch.Tensor
+    replay: torch.Tensor
     clipped_tokens: int
 
 
@@ -334,21 +368,29 @@ def salvage_ds_loss(
     completion_mask: torch.Tensor | None = None,
     n_completion_tokens: int = 0,
     n_replies: int = 0,
-    ref_logp: torch.Tensor | None = None,
     anchor_logp: torch.Tensor | None = None,
     anchor_mask: torch.Tensor | None = None,
     n_anchor_tokens: int = 0,
+    replay_logp: torch.Tensor | None = None,
+    replay_mask: torch.Tensor | None = None,
+    n_replay_tokens: int = 0,
+    ref_logp: torch.Tensor | None = None,
+    ref_mask: torch.Tensor | None = None,
+    n_kl_tokens: int = 0,
     accepted_groups: int = 0,
     anchored_groups: int = 0,
 ) -> LossParts:
     """L (module docstring) for the accepted samples (``logp``/``old_logp``/``completion_mask``: (B, T);
-    ``advantages``: (B,)) and the anchored references (``anchor_logp``/``anchor_mask``: (B', T')).
+    ``advantages``: (B,)), the anchored references (``anchor_logp``/``anchor_mask``: (B', T')) and the replayed SFT
+    states (``replay_logp``/``replay_mask``: (B'', T'')). The KL term takes every trained row at once:
+    ``ref_logp`` (log pi_ref) and ``ref_mask`` are the rows ``[accepted; anchored; replayed]`` stacked, padded to one
+    width, aligned with the same rows of pi_theta.
 
     Counts are over the whole optimizer step: ``n_completion_tokens`` (N_o), ``n_replies`` (accepted replies, the
-    divisor of ``grpo``'s per-sequence mean), ``n_anchor_tokens`` (N_a), and the groups accepted (|A|) and
-    anchored (|R|) that make the shares w_A and w_R."""
+    divisor of ``grpo``'s per-sequence mean), ``n_anchor_tokens`` (N_a), ``n_replay_tokens`` (N_p),
+    ``n_kl_tokens`` (N_k) and the groups accepted (|A|) and anchored (|R|) that make the shares w_A and w_R."""
     zero = torch.zeros(())
-    surrogate, kl, anchor, clipped_tokens = zero, zero, zero, 0
+    surrogate, kl, anchor, replay, clipped_tokens = zero, zero, zero, zero, 0
     if n_completion_tokens > 0 and accepted_groups <= 0:
         raise ValueError("completion tokens need accepted_groups > 0 (the share w_A weighs the surrogate)")
     if n_anchor_tokens > 0 and p.anchor_weight > 0 and anchored_groups <= 0:
@@ -370,15 +412,23 @@ def salvage_ds_loss(
         per_token, clipped = clipped_surrogate(logp, old_logp, advantages.unsqueeze(-1), p)
         surrogate = (per_token * weights).sum()
         clipped_tokens = int((clipped & completion_mask.bool()).sum())
-        if p.beta > 0:
-            if ref_logp is None:
-                raise ValueError("beta > 0 needs the reference log-probabilities (ref_logp)")
-            kl = (k3_kl(logp, ref_logp) * weights).sum()
     if anchor_logp is not None and n_anchor_tokens > 0 and p.anchor_weight > 0:
         assert anchor_mask is not None
         anchor = -(anchor_logp * anchor_mask.to(anchor_logp.dtype)).sum() / n_anchor_tokens
-    loss = w_accepted * (surrogate + p.beta * kl) + p.anchor_weight * w_anchored * anchor
-    return LossParts(loss=loss, surrogate=surrogate, kl=kl, anchor=anchor, clipped_tokens=clipped_tokens)
+    if replay_logp is not None and n_replay_tokens > 0 and p.eta > 0:
+        assert replay_mask is not None
+        replay = -(replay_logp * replay_mask.to(replay_logp.dtype)).sum() / n_replay_tokens
+    if p.beta > 0 and n_kl_tokens > 0:
+        if ref_logp is None or ref_mask is None:
+            raise ValueError("beta > 0 needs the reference log-probabilities (ref_logp) of every trained row")
+        rows = [t for t in (logp, anchor_logp, replay_logp) if t is not None and t.shape[0]]
+        width = ref_logp.shape[-1]
+        theta = torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[-1])) for t in rows])
+        kl = (k3_kl(theta, ref_logp) * ref_mask.to(theta.dtype)).sum() / n_kl_tokens
+    loss = w_accepted * surrogate + p.anchor_weight * w_anchored * anchor + p.eta * replay + p.beta * kl
+    return LossParts(
+        loss=loss, surrogate=surrogate, kl=kl, anchor=anchor, replay=replay, clipped_tokens=clipped_tokens
+    )
 
 
 # ---------------------------------------------------------------- the anchor's token mask
@@ -526,12 +576,16 @@ class SalvageDSStep:
     """The shared loop's ``rollout`` and ``loss_fn`` for Salvage-DS (and its ablation modes).
 
     ``rollout``: sample G replies per state with the current policy, score and gate each group, and, with dynamic
-    sampling, sample further states from ``pool`` until the batch holds B usable groups or ``max_rounds`` rounds
-    are spent; then freeze what the mu updates share: the rows to train (accepted samples, anchored references),
-    the advantages and, when mu > 1, log pi_old (with mu = 1, pi_old is pi_theta at the only update:
-    ``logp.detach()``, one forward less). ``__call__`` (the loss_fn): L (module docstring) on those rows with the
-    current pi_theta. The sampled actions spent so far are checkpointed with the loop (``state_dict``), so a
-    resumed run keeps to ``sampled_action_budget``.
+    sampling, sample further rounds of states from ``pool`` until the batch holds B accepted groups or ``max_rounds``
+    rounds are spent (the rejected groups the ``anchor`` rule names anchored beside them); draw the batch's SFT
+    replay states from ``replay_pool`` (eta > 0); then freeze what the mu updates share: the rows to train (accepted
+    samples, anchored references, replayed references), the advantages and, when mu > 1, log pi_old (with mu = 1,
+    pi_old is pi_theta at the only update: ``logp.detach()``, one forward less). ``__call__`` (the loss_fn): L
+    (module docstring) on those rows with the current pi_theta.
+
+    The run's bookkeeping is checkpointed with the loop (``state_dict``), so a resumed run keeps to
+    ``sampled_action_budget`` and to the pool as it was: the sampled actions spent, each state's run of all-right
+    draws and the states saturated (left the pool). Each process keeps its own (states are drawn per process).
 
     Training rows carry their screenshots' image inputs; the frozen reference pi_ref (beta > 0) is
     ``reference_model`` when given, else the policy itself with its LoRA adapter disabled (peft's
@@ -547,6 +601,7 @@ class SalvageDSStep:
         pool: list[PreparedState] | None = None,
         group_log: str | Path | None = None,
         sampler: GroupSampler | None = None,
+        replay_pool: list[PreparedState] | None = None,
     ):
         self.p = p
         #: every sampled group's record (JSON lines: the viewer's Salvage-DS tab, docs/viewer.md), appended
@@ -559,7 +614,12 @@ class SalvageDSStep:
         self.reference_model = reference_model
         self.updates_per_batch = updates_per_batch
         self.pool = pool or []
+        self.replay_pool = replay_pool or []
+        if p.eta > 0 and not self.replay_pool:
+            raise ValueError("eta > 0 (SFT replay) needs replay states: pass the SFT training states")
         self.sampled_actions = 0  # spent so far in the run (sampled_action_budget)
+        self.streaks: dict[str, int] = {}  # state id -> its latest draws all right in a row
+        self.saturated: set[str] = set()  # states that left the pool (saturation_draws all-right draws)
         self.sampler = sampler or HFSampler(processor, prompt_config, p)
 
     def state_dict(self) -> dict:
@@ -567,6 +627,8 @@ class SalvageDSStep:
             "sampled_actions": self.sampled_actions,
             "batches": self.batches,
             "policy_version": self.sampler.version,
+            "streaks": dict(self.streaks),
+            "saturated": sorted(self.saturated),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -575,6 +637,8 @@ class SalvageDSStep:
         # the version of the checkpoint's last groups: the resumed weights sample as the next one, so the
         # versions in groups.jsonl go on rising (absent in checkpoints written before the served sampler)
         self.sampler.version = int(state.get("policy_version", 0))
+        self.streaks = {k: int(v) for k, v in state.get("streaks", {}).items()}
+        self.saturated = set(state.get("saturated", []))
 
     def _log_groups(self, records: list[dict]) -> None:
         """Append this batch's group records (each process its own, with its rank) to ``group_log``."""
@@ -591,15 +655,35 @@ class SalvageDSStep:
         budget = self.p.sampled_action_budget
         return budget is None or self.sampled_actions < budget
 
-    def _more_states(self, count: int) -> list[PreparedState]:
-        """``count`` further states for another generation round, drawn from the pool with the global RNG (the
-        loop checkpoints it, so a resumed run draws the same)."""
-        order = torch.randperm(len(self.pool))[:count].tolist()
-        return [self.pool[i] for i in order]
+    def active_pool(self) -> list[PreparedState]:
+        """The pool's states that have not saturated."""
+        return [s for s in self.pool if s.state_id not in self.saturated]
+
+    def _draw(self, states: list[PreparedState], count: int) -> list[PreparedState]:
+        """``count`` of ``states`` drawn with the global RNG (the loop checkpoints it: a resumed run draws the same)."""
+        order = torch.randperm(len(states))[:count].tolist()
+        return [states[i] for i in order]
+
+    def _more_states(self, count: int, drawn: set[str]) -> list[PreparedState]:
+        """``count`` further states for another round: active pool states not drawn in this batch yet."""
+        return self._draw([s for s in self.active_pool() if s.state_id not in drawn], count)
+
+    def _first_round(self, states: list[PreparedState], wanted: int) -> list[PreparedState]:
+        """The loop's states for this batch, saturated ones replaced by active states drawn from the pool."""
+        kept = [s for s in states if s.state_id not in self.saturated]
+        if len(kept) < wanted:
+            kept += self._more_states(wanted - len(kept), {s.state_id for s in kept})
+        return kept
+
+    def _saturate(self, state: PreparedState, all_right: bool) -> None:
+        """Count the state's runs of all-right groups; ``saturation_draws`` in a row take it out of the pool."""
+        self.streaks[state.state_id] = self.streaks.get(state.state_id, 0) + 1 if all_right else 0
+        if self.p.saturation_draws is not None and self.streaks[state.state_id] >= self.p.saturation_draws:
+            self.saturated.add(state.state_id)
 
     def rollout(self, model, batch: dict) -> dict:
-        p, states = self.p, batch["states"]
-        wanted = len(states)  # B usable groups
+        p = self.p
+        wanted = len(batch["states"])  # B accepted groups
         policy = getattr(model, "module", model)  # a DDP wrapper has no generate: use the bare module
         accepted: list[tuple[list[int], list[int], float, PreparedState]] = []  # (prompt, reply, A, state)
         anchored: list[PreparedState] = []
@@ -609,7 +693,13 @@ class SalvageDSStep:
         records: list[dict] = []
         sharded = is_sharded(policy)
         reload_before, started = self.sampler.reload_seconds, time.perf_counter()
-        while self._budget_left():
+        states = self._first_round(batch["states"], wanted)
+        if (
+            sharded and not states
+        ):  # generate is a collective: a process whose pool is spent re-draws saturated
+            states = self._draw(self.pool, wanted)
+        drawn = {s.state_id for s in states}
+        while self._budget_left() and states:
             rounds += 1
             groups = self.sampler.sample(policy, states, p.group_size)
             self.sampled_actions += sum(len(g) for g in groups)
@@ -620,105 +710,120 @@ class SalvageDSStep:
                 rewards_all += rewards
                 right_all += right
                 parsed_all += [s.action is not None for s in samples]
+                self._saturate(state, all(right))
                 probe = (
                     (state.probe_right, state.probe_samples) if p.competence == "group_and_probe" else (0, 0)
                 )
                 reason = gate(group_statistics(rewards, right, *probe), p)
                 if reason is not None:
                     rejections[reason] += 1
-                usable = reason is None or p.anchor_weight > 0
-                surplus = usable and n_accepted_groups + len(anchored) >= wanted
-                decision = (
-                    "rejected"
-                    if not usable
-                    else "surplus"
-                    if surplus
-                    else "accepted"
-                    if reason is None
-                    else "anchored"
-                )
+                    decision = "anchored" if p.anchors(reason) else "rejected"
+                else:
+                    decision = "accepted" if n_accepted_groups < wanted else "surplus"
                 records.append({"batch": self.batches, "round": rounds, "state_id": state.state_id,
                                 "policy_version": self.sampler.version,  # the weights that sampled it
                                  "samples": [format_action(s.action) if s.action else f"<invalid: {s.error}>" for s in samples],
-                                 "rewards": rewards, "decision": decision,
+                                 "rewards": rewards, "n_right": sum(right), "decision": decision,
                                  "reason": reason})  # fmt: skip
-                if not usable or surplus:  # dropped, or surplus
-                    discarded += 1
-                elif reason is None:
+                if decision == "accepted":
                     n_accepted_groups += 1
                     advantages = group_advantages(torch.tensor([rewards]), p)[0].tolist()
                     accepted += [
                         (s.prompt_ids, s.completion_ids, a, state)
                         for s, a in zip(samples, advantages, strict=True)
                     ]
-                else:
+                elif decision == "anchored":
                     anchored.append(state)
-            full = n_accepted_groups + len(anchored) >= wanted
-            if sharded:  # every process generates until the last one is full: generate is a collective then
-                full = on_every_process(full, policy)
-            if full or not p.dynamic_sampling or rounds >= p.max_rounds or not self.pool:
+                else:  # rejected and not anchored, or accepted past B
+                    discarded += 1
+            done = n_accepted_groups >= wanted or not p.dynamic_sampling or rounds >= p.max_rounds
+            states = [] if done else self._more_states(wanted, drawn)
+            if sharded:  # every process generates until the last one is done: generate is a collective then
+                done = on_every_process(done or not states, policy)
+                if (
+                    not done and not states
+                ):  # this process has nothing left to draw: it re-draws saturated ones
+                    states = self._draw(self.pool, wanted)
+            if done:
                 break
-            states = self._more_states(wanted)
+            drawn |= {s.state_id for s in states}
         reload_seconds = self.sampler.reload_seconds - reload_before
         sampling_seconds = time.perf_counter() - started - reload_seconds
+        replayed = self._draw(self.replay_pool, p.replay_states) if p.eta > 0 else []
 
         self._log_groups(records)
         self.batches += 1
-        # One forward for both terms; with nothing to train, one reference row keeps every process's
+        # One forward for every term; with nothing to train, one reference row keeps every process's
         # forward/backward in step (DDP) and contributes exactly zero.
         n_acc = len(accepted)
-        rows = anchored or ([] if accepted else batch["states"][:1])
+        references = anchored + replayed
+        rows = references or ([] if accepted else batch["states"][:1])
         prompts = [a[0] for a in accepted] + [s.prompt_ids for s in rows]
         replies = [a[1] for a in accepted] + [s.reply_ids for s in rows]
         width = max(len(r) for r in replies)
         device = next(policy.parameters()).device
-        anchor_mask = torch.tensor(
-            [s.reply_action_mask + [0] * (width - len(s.reply_action_mask)) for s in anchored],
-            dtype=torch.long,
-        ).reshape(len(anchored), width)
+
+        def padded(masks: list[list[int]]) -> torch.Tensor:
+            return torch.tensor(
+                [m + [0] * (width - len(m)) for m in masks], dtype=torch.long, device=device
+            ).reshape(len(masks), width)
+
+        anchor_mask = padded([s.reply_action_mask for s in anchored])
+        replay_mask = padded([[1] * len(s.reply_ids) for s in replayed])
+        completion_mask = padded([[1] * len(a[1]) for a in accepted])
         vision = vision_inputs(
             [a[3].row for a in accepted] + [s.row for s in rows], self.prompt_config, self.processor
         )
         vision = {k: v.to(device) for k, v in vision.items()}
         groups_seen = max(1, sampled_groups)
         n_samples = max(1, len(rewards_all))
+        trained = len(prompts) - (0 if references or accepted else 1)  # the placeholder row trains nothing
         return {
             "prompts": prompts,
             "replies": replies,
             **vision,  # pixel_values, image_grid_thw of every row (top level: the loop moves and saves them)
             "n_accepted": n_acc,
-            # nothing to learn: no accepted sample with a non-zero advantage (or a KL term), nothing anchored
-            "learnable": bool(anchored) or (p.beta > 0 and n_acc > 0) or any(a[2] != 0 for a in accepted),
+            "n_anchored": len(anchored),
+            # nothing to learn: no accepted sample with a non-zero advantage, nothing anchored or replayed, no KL
+            "learnable": bool(references) or (p.beta > 0 and n_acc > 0) or any(a[2] != 0 for a in accepted),
             "advantages": torch.tensor([a[2] for a in accepted], device=device),
-            "anchor_mask": anchor_mask.to(device),
+            "anchor_mask": anchor_mask,
+            "replay_mask": replay_mask,
             # the loop's loss contract (training/loop.py): this micro-batch's counts; the loop hands back the
-            # step's totals over micro-batches and processes as step_tokens (N_o, N_a, replies, |A|, |R|)
+            # step's totals over micro-batches and processes as step_tokens (N_o, N_a, N_p, N_k, replies, |A|, |R|)
             "loss_tokens": {
-                "completion": sum(len(a[1]) for a in accepted),
+                "completion": int(completion_mask.sum()),
                 "anchor": int(anchor_mask.sum()),
+                "replay": int(replay_mask.sum()),
+                "kl": int(completion_mask.sum() + anchor_mask.sum() + replay_mask.sum()),
                 "reply": n_acc,
                 "accepted_group": n_accepted_groups,
                 "anchored_group": len(anchored),
             },
             # sharded weights: every process runs these forwards (collectives), with or without accepted rows
             "old_logp": (
-                self._logprobs(policy, prompts, replies, vision)[:n_acc]
+                self._logprobs(policy, prompts, replies, vision, n_acc)[:n_acc]
                 if self.updates_per_batch > 1 and (n_acc or sharded)
                 else None
             ),
             "ref_logp": (
-                self._reference_logprobs(policy, prompts, replies, vision)[:n_acc]
-                if p.beta > 0 and (n_acc or sharded)
+                self._reference_logprobs(policy, prompts, replies, vision, n_acc)[:trained]
+                if p.beta > 0 and (trained or sharded)
                 else None
             ),
             "rollout_metrics": {  # what the batch's groups were; logged with each of its mu updates
                 "groups": float(sampled_groups),
                 "rounds": float(rounds),
+                "accepted_groups": float(n_accepted_groups),
+                "anchored_groups": float(len(anchored)),
                 "discarded_groups": float(discarded),
+                "replayed_states": float(len(replayed)),
                 "acceptance_rate": (sampled_groups - sum(rejections.values())) / groups_seen,
                 **{f"rejected_{reason}": count / groups_seen for reason, count in rejections.items()},
                 "trained_groups": float(n_accepted_groups + len(anchored)),
                 "anchor_share": len(anchored) / groups_seen,
+                "pool_states": float(len(self.active_pool())),
+                "saturated_states": float(len(self.saturated)),
                 "mean_reward": sum(rewards_all) / n_samples,
                 "competence": sum(right_all) / n_samples,
                 "valid_rate": sum(parsed_all) / n_samples,
@@ -731,18 +836,18 @@ class SalvageDSStep:
         }
 
     def __call__(self, model, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
-        p, n_acc = self.p, batch["n_accepted"]
+        p, n_acc, n_anc = self.p, batch["n_accepted"], batch["n_anchored"]
         logits, targets, mask = continuation_logits(
             model, batch["prompts"], batch["replies"], self.pad_id, self._vision(batch), self.image_token_id
         )
-        rows = logits.shape[0]
-        temperature = torch.tensor([p.temperature] * n_acc + [1.0] * (rows - n_acc), device=logits.device)
-        logp = token_logprobs(logits, targets, temperature.view(-1, 1, 1))
+        logp = token_logprobs(logits, targets, self._temperatures(logits.shape[0], n_acc, logits.device))
         acc_mask = mask[:n_acc]
         old_logp = batch["old_logp"] if batch["old_logp"] is not None else logp[:n_acc].detach()
-        anchor_mask = batch["anchor_mask"]
+        anchor_mask, replay_mask = batch["anchor_mask"], batch["replay_mask"]
+        n_rep = replay_mask.shape[0]
         step = batch.get("step_tokens") or batch["loss_tokens"]  # the step's counts (or this batch's alone)
-        anchored = logp[n_acc : n_acc + anchor_mask.shape[0]]  # not the placeholder row of an empty batch
+        # rows [accepted; anchored; replayed], then the placeholder row of an empty batch (never trained)
+        trained = torch.cat([acc_mask, anchor_mask, replay_mask])
         parts = salvage_ds_loss(
             p,
             logp=logp[:n_acc],
@@ -751,17 +856,22 @@ class SalvageDSStep:
             completion_mask=acc_mask,
             n_completion_tokens=round(step["completion"]),
             n_replies=round(step["reply"]),
-            ref_logp=batch["ref_logp"],
-            anchor_logp=anchored,
+            anchor_logp=logp[n_acc : n_acc + n_anc],
             anchor_mask=anchor_mask,
             n_anchor_tokens=round(step["anchor"]),
+            replay_logp=logp[n_acc + n_anc : n_acc + n_anc + n_rep],
+            replay_mask=replay_mask,
+            n_replay_tokens=round(step["replay"]),
+            ref_logp=batch["ref_logp"],
+            ref_mask=trained,
+            n_kl_tokens=round(step["kl"]),
             accepted_groups=round(step["accepted_group"]),
             anchored_groups=round(step["anchored_group"]),
         )
+        # every parameter in the graph, so DDP finds each one's gradient (zero where no term uses it)
         loss = parts.loss + 0.0 * logp.sum()
 
-        trained = torch.cat([acc_mask, anchor_mask]).bool()
-        entropy = token_entropy(logits[: trained.shape[0]], p.temperature)[trained]
+        entropy = token_entropy(logits[: trained.shape[0]], p.temperature)[trained.bool()]
         n_tokens = max(1, int(acc_mask.sum()))
         with torch.no_grad():  # CleanRL's approx_kl of pi_theta to pi_old: 0 at a batch's first update
             log_ratio = (logp[:n_acc] - old_logp) * acc_mask
@@ -770,6 +880,7 @@ class SalvageDSStep:
             **batch["rollout_metrics"],
             "surrogate": float(parts.surrogate.detach()),
             "anchor_nll": float(parts.anchor.detach()),
+            "replay_nll": float(parts.replay.detach()),
             "kl": float(parts.kl.detach()),
             "clip_fraction": parts.clipped_tokens / n_tokens,
             "approx_kl_old": approx_kl,
@@ -777,46 +888,60 @@ class SalvageDSStep:
         }
         return loss, metrics
 
+    def _temperatures(self, rows: int, sampled: int, device) -> torch.Tensor:
+        """(rows, 1, 1): the sampling temperature for the first ``sampled`` rows (pi_old sampled them at it), 1 for
+        the reference rows (anchored, replayed: the policy's own distribution)."""
+        return torch.tensor([self.p.temperature] * sampled + [1.0] * (rows - sampled), device=device).view(
+            -1, 1, 1
+        )
+
     @staticmethod
     def _vision(batch: dict) -> dict[str, torch.Tensor]:
         return {k: batch[k] for k in ("pixel_values", "image_grid_thw") if k in batch}
 
-    def _logprobs(self, model, prompts, replies, vision: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _logprobs(
+        self, model, prompts, replies, vision: dict[str, torch.Tensor], sampled: int
+    ) -> torch.Tensor:
         """log pi (no gradient) of every training row under ``model`` (pi_old, or pi_ref), shaped like the training
-        forward's (the same rows and width); padding positions are masked out of the loss."""
+        forward's (the same rows, width and temperatures: the first ``sampled`` rows at the sampling temperature);
+        padding positions are masked out of the loss."""
         with torch.no_grad():
             logits, targets, _ = continuation_logits(
                 model, prompts, replies, self.pad_id, vision, self.image_token_id
             )
-            return token_logprobs(logits, targets, self.p.temperature)
+            return token_logprobs(
+                logits, targets, self._temperatures(logits.shape[0], sampled, logits.device)
+            )
 
-    def _reference_logprobs(self, policy, prompts, replies, vision: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _reference_logprobs(
+        self, policy, prompts, replies, vision: dict[str, torch.Tensor], sampled: int
+    ) -> torch.Tensor:
         """log pi_ref of every training row: the reference model's, or the policy's with its adapter disabled."""
         if self.reference_model is not None:
             device = next(policy.parameters()).device
-            return self._logprobs(self.reference_model.to(device), prompts, replies, vision)
+            return self._logprobs(self.reference_model.to(device), prompts, replies, vision, sampled)
         if not hasattr(policy, "disable_adapter"):
             raise ValueError(
                 "beta > 0 needs the frozen reference: a LoRA policy (the reference is its adapter disabled) or a "
                 "reference_model (a full-weight copy of the SFT policy)"
             )
         with policy.disable_adapter():
-            return self._logprobs(policy, prompts, replies, vision)
+            return self._logprobs(policy, prompts, replies, vision, sampled)
 
 
 def evaluate_competence(
     model, states: list[PreparedState], p: SalvageDSParams, processor, prompt_config, n: int, chunk: int = 8
-) -> tuple[dict[str, float], dict[str, float]]:
-    """``(summary, per_state)``: ``step_success_rate`` (of the greedy reply), ``competence`` (share of ``n``
-    sampled replies that are right, averaged over states) and ``valid_rate`` (share of them that parse) of
-    ``model`` on ``states``, scored by :func:`rmsweb_kedro.measures.scoring.score_states` against each state's reference
-    set (the reward's); competence of each state by id."""
+) -> tuple[dict[str, float], dict[str, bool]]:
+    """``(summary, per_state)``: ``step_success_rate`` (of the greedy reply) and, with ``n`` > 0 sampled replies,
+    ``competence`` (share of them that are right, averaged over states) and ``valid_rate`` (share of them that
+    parse) of ``model`` on ``states``, scored by :func:`rmsweb_kedro.measures.scoring.score_states` against each
+    state's reference set (the reward's), ``chunk`` states a generate call; each state's greedy step success by id."""
     from rmsweb_kedro.agents.hf_policy import HFPolicy
     from rmsweb_kedro.measures.scoring import ScoringConfig, rates, score_states
 
     was_training = model.training
     sampling = {"temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": p.max_new_tokens}
-    policy = HFPolicy(model, processor, prompt_config, batch_size=chunk * n, **sampling)  # sets eval mode
+    policy = HFPolicy(model, processor, prompt_config, batch_size=chunk * max(1, n), **sampling)  # eval mode
     scored = score_states(
         [s.row for s in states],
         policy,
@@ -824,16 +949,24 @@ def evaluate_competence(
         references=[s.references for s in states],
     )
     model.train(was_training)
-    summary = {name: rates(scored)[name] for name in ("step_success_rate", "competence", "valid_rate")}
-    return summary, dict(zip(scored["state_id"], scored["competence"], strict=True))
+    names = ("step_success_rate", "competence", "valid_rate") if n else ("step_success_rate",)
+    summary = {name: rates(scored)[name] for name in names}
+    return summary, dict(zip(scored["state_id"], scored["step_success"], strict=True))
 
 
 def competence_eval_fn(
-    splits: dict[str, list[dict]], p: SalvageDSParams, processor, prompt_config, n: int, seed: int
+    splits: dict[str, list[dict]],
+    p: SalvageDSParams,
+    processor,
+    prompt_config,
+    n: int,
+    seed: int,
+    chunk: int = 8,
 ):
     """``eval_fn(model) -> {'eval/<split>/<metric>': value}``: :func:`evaluate_competence` on each split of STATE
-    rows. Every call draws from the same seeded random numbers (common random numbers make before/after
-    comparable) inside a forked RNG, so evaluating leaves the training's sampling stream untouched."""
+    rows (``n`` sampled replies a state; 0: the greedy reply alone). Every call draws from the same seeded random
+    numbers (common random numbers make before/after comparable) inside a forked RNG, so evaluating leaves the
+    training's sampling stream untouched."""
     prepared = {
         split: prepare_states(rows, processor, prompt_config) for split, rows in splits.items() if rows
     }
@@ -843,7 +976,7 @@ def competence_eval_fn(
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             for split, states in prepared.items():
-                summary, _ = evaluate_competence(model, states, p, processor, prompt_config, n)
+                summary, _ = evaluate_competence(model, states, p, processor, prompt_config, n, chunk)
                 metrics |= {f"eval/{split}/{name}": value for name, value in summary.items()}
         return metrics
 
@@ -860,17 +993,21 @@ def train_salvage_ds(
     eval_fn=None,
     accelerator=None,
     sampler: SamplerConfig | None = None,
+    replay_states: list[dict] | None = None,
 ):
     """Salvage-DS on ``train_states`` (STATE_SCHEMA rows) with the shared loop (``loop_config.batch_size`` states
     a sampled batch, ``loop_config.updates_per_batch`` updates on each); ``eval_fn(model) -> metrics`` (e.g.
-    :func:`competence_eval_fn`) runs at each evaluation; ``sampler`` says what samples the groups (default:
-    ``hf``). Returns the ``LoopResult``; ``output_dir/groups.jsonl`` records every sampled group, with the policy
-    version that sampled it."""
+    :func:`competence_eval_fn` on the dev split) runs at each evaluation, and with ``loop_config.select_metric``
+    before training too, the best evaluation's weights returned; ``sampler`` says what samples the groups (default:
+    ``hf``); ``replay_states``: the SFT training states the replay term (eta > 0) draws from. Returns the
+    ``LoopResult``; ``output_dir/groups.jsonl`` records every sampled group, with the policy version that sampled
+    it."""
     import copy
 
     from rmsweb_kedro.training.loop import _checkpoints, make_accelerator, train_loop
 
     prepared = prepare_states(train_states, processor, prompt_config)
+    replay = prepare_states(replay_states, processor, prompt_config) if p.eta > 0 and replay_states else []
     # with LoRA the reference is the policy with its adapter disabled; a full-weight policy needs a frozen copy
     full_weights = not hasattr(model, "disable_adapter")
     reference = copy.deepcopy(model).eval().requires_grad_(False) if p.beta > 0 and full_weights else None
@@ -898,6 +1035,7 @@ def train_salvage_ds(
         pool=prepared,
         group_log=group_log,
         sampler=group_sampler,
+        replay_pool=replay,
     )
     # checkpointed with the loop: the sampled actions spent (sampled_action_budget) and the policy version
     accelerator.register_for_checkpointing(step)
@@ -927,12 +1065,21 @@ class SalvageDSJob(BaseModel):
     algorithm: SalvageDSParams
     loop: LoopConfig
     prompt: PromptConfig
-    eval_samples: int = Field(4, ge=1, description="sampled replies per state for competence")
+    dev_samples: int = Field(
+        0, ge=0, description="sampled replies per dev state at each evaluation (0: greedy)"
+    )
     seed: int = 0
     sampler: SamplerConfig = Field(default_factory=SamplerConfig)
 
 
-def train_job(model, processor, train_states: list[dict], config: SalvageDSJob, eval_fn=None):
+def train_job(
+    model,
+    processor,
+    train_states: list[dict],
+    config: SalvageDSJob,
+    eval_fn=None,
+    replay_states: list[dict] | None = None,
+):
     """:func:`train_salvage_ds` with the algorithm, loop, prompt and sampler of ``config``: a :class:`SalvageDSJob`,
     or the ``salvage_ds`` node's parameters, which hold its fields (in this process and launched, one call)."""
     return train_salvage_ds(
@@ -944,6 +1091,15 @@ def train_job(model, processor, train_states: list[dict], config: SalvageDSJob, 
         config.prompt,
         eval_fn=eval_fn,
         sampler=config.sampler,
+        replay_states=replay_states,
+    )
+
+
+def dev_eval_fn(dev_states: list[dict], config: SalvageDSJob, processor):
+    """The evaluation the loop runs on the dev split (``eval/dev/<metric>``, :func:`competence_eval_fn` with
+    ``dev_samples`` replies a state; greedy ones 32 states a call) and selects the returned weights by."""
+    return competence_eval_fn(
+        {"dev": dev_states}, config.algorithm, processor, config.prompt, config.dev_samples, config.seed, 32
     )
 
 
@@ -955,12 +1111,10 @@ def _main() -> None:
     job = read_job("Salvage-DS under accelerate launch (see module docstring)")
     config = SalvageDSJob.model_validate(job["config"])
     model, processor = load_job_model(job)  # every field of its checkpoint: attn_implementation, dtype, ...
-    splits = {name: pl.read_parquet(path).to_dicts() for name, path in job["splits"].items()}
-    eval_fn = competence_eval_fn(
-        splits, config.algorithm, processor, config.prompt, config.eval_samples, config.seed
+    dev, train, replay = (
+        pl.read_parquet(job[key]).to_dicts() for key in ("dev_path", "train_path", "replay_path")
     )
-    train = pl.read_parquet(job["train_path"]).to_dicts()
-    result = train_job(model, processor, train, config, eval_fn)
+    result = train_job(model, processor, train, config, dev_eval_fn(dev, config, processor), replay)
     save_launched(result, processor, job["output_dir"])
 
 

@@ -1,6 +1,7 @@
 """Policy states (``schema.STATE_SCHEMA`` rows) from the trajectory tables: one per step of each successful
-trajectory, what the teacher saw and the action it took; the split of states by task (train, val and the probe
-pool mining probes but SFT never trains on); their size as prompts."""
+trajectory, what the teacher saw and the action it took; the split of states by task (train, val, the probe pool
+mining probes but SFT never trains on, and the dev split Salvage-DS chooses its checkpoint on); their size as
+prompts."""
 
 from __future__ import annotations
 
@@ -67,47 +68,47 @@ def _task_rank(task_id: str, seed: int) -> str:
 
 def split_by_task(states: pl.DataFrame, val_fraction: float, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Train and val states with no task on both sides: a seeded hash order of task ids, the first
-    ``val_fraction`` of tasks (at least one when there are two or more) held out (:func:`split_train_val_probe`
-    with no probe pool)."""
-    train, val, _ = split_train_val_probe(states, val_fraction, 0.0, seed)
+    ``val_fraction`` of tasks (at least one when there are two or more) held out (:func:`split_parts` with no
+    other part)."""
+    train, val = split_parts(states, {"val": val_fraction}, seed)
     return train, val
 
 
-def split_train_val_probe(
-    states: pl.DataFrame, val_fraction: float, probe_fraction: float, seed: int
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Train, val and probe states, each task in exactly one part: a seeded hash order of task ids, its first
-    ``val_fraction`` of tasks val (at least one when there are two or more), the next ``probe_fraction`` the probe
-    pool (at least one when the fraction is positive and a task is left for train; never the last train task),
-    the rest train. Val comes first so that a probe pool never moves a task in or out of val: the val tasks are
-    the same at every ``probe_fraction``, and with 0 train is what it was before the pool existed."""
-    if val_fraction + probe_fraction >= 1:
+def split_parts(states: pl.DataFrame, fractions: dict[str, float], seed: int) -> tuple[pl.DataFrame, ...]:
+    """``(train, *parts)``: each task in exactly one part. Tasks in a seeded hash order; each held-out part in the
+    order of ``fractions`` takes the next ``fraction`` of all tasks (at least one when the fraction is positive and
+    two tasks are left; never the last train task), the rest is train. The sft_data parts are ``val``, ``probe``
+    and ``dev`` in that order, so a part never moves a task in or out of the parts before it: val is the same at
+    every probe and dev fraction, the probe pool at every dev fraction."""
+    total = sum(fractions.values())
+    if total >= 1:
         raise ValueError(
-            f"val_fraction {val_fraction} + probe_fraction {probe_fraction} >= 1 leaves no task to train on"
+            f"held-out fractions {fractions} add up to {total:g} >= 1: no task is left to train on"
         )
     tasks = sorted(states["task_id"].unique().to_list(), key=lambda t: _task_rank(t, seed))
-    n_val = round(len(tasks) * val_fraction)
-    if val_fraction > 0 and len(tasks) >= 2:
-        n_val = max(1, n_val)
-    left = len(tasks) - n_val
-    n_probe = round(len(tasks) * probe_fraction)
-    if probe_fraction > 0 and left >= 2:
-        n_probe = max(1, n_probe)
-    n_probe = max(0, min(n_probe, left - 1))
-    val_tasks, probe_tasks = tasks[:n_val], tasks[n_val : n_val + n_probe]
-    is_val, is_probe = pl.col("task_id").is_in(val_tasks), pl.col("task_id").is_in(probe_tasks)
-    train = states.filter(~is_val & ~is_probe)
-    val, probe = states.filter(is_val), states.filter(is_probe)
+    parts, start = {}, 0
+    for index, (name, fraction) in enumerate(fractions.items()):
+        left = len(tasks) - start
+        count = round(len(tasks) * fraction)
+        if fraction > 0 and left >= 2:
+            count = max(1, count)
+        if index > 0 or fraction == 0:  # the first part (val) may take every task but one; the others too
+            count = max(0, min(count, left - 1))
+        parts[name] = tasks[start : start + count]
+        start += count
+    held = [t for chosen in parts.values() for t in chosen]
+    frames = [states.filter(pl.col("task_id").is_in(chosen)) for chosen in parts.values()]
+    train = states.filter(~pl.col("task_id").is_in(held))
     logger.info(
-        "split by task: %d train states (%d tasks), %d val states (%d tasks), %d probe states (%d tasks)",
+        "split by task: %d train states (%d tasks), %s",
         train.height,
-        left - n_probe,
-        val.height,
-        n_val,
-        probe.height,
-        n_probe,
+        len(tasks) - len(held),
+        ", ".join(
+            f"{f.height} {name} states ({len(parts[name])} tasks)"
+            for name, f in zip(parts, frames, strict=True)
+        ),
     )
-    return train, val, probe
+    return train, *frames
 
 
 def describe(parts: dict[str, pl.DataFrame], prompt: PromptConfig) -> dict[str, Any]:

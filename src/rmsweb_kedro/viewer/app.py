@@ -212,8 +212,18 @@ def create_app(run: Run, allowed_hosts: Sequence[str] = ()) -> Starlette:
     def salvage(request: Request) -> Response:
         found = views.salvage(run)
         report = json.dumps(found["report"], indent=2) if found["report"] is not None else None
-        return page(request, "salvage", "salvage", "Salvage-DS: updates", metrics=found["metrics"], report=report,
-                    groups=found["groups"], group_log=found["group_log"])  # fmt: skip
+        return page(request, "salvage", "salvage", "Salvage-DS", seeds=found["seeds"], figures=found["figures"],
+                    report=report, groups=found["groups"])  # fmt: skip
+
+    async def figure(request: Request) -> Response:
+        """A figure of the Salvage-DS tab by catalog name (views.SALVAGE_FIGURES); any other name is refused."""
+        name = request.query_params.get("name", "")
+        if name not in views.SALVAGE_FIGURES:
+            return PlainTextResponse(f"refused: {name!r} is not one of {sorted(views.SALVAGE_FIGURES)}", 403)
+        path = run.filepath(name)
+        if path is None or not path.is_file():
+            return PlainTextResponse(f"not found: {name} is not in this run", status_code=404)
+        return FileResponse(path, media_type="image/png")
 
     @guarded("live", "Live")
     def live(request: Request) -> Response:
@@ -263,5 +273,6 @@ def create_app(run: Run, allowed_hosts: Sequence[str] = ()) -> Starlette:
             route("/salvage", salvage),
             route("/live", live),
             route("/file", file),
+            route("/figure", figure),
         ],
     )

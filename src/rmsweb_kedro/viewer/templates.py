@@ -126,9 +126,10 @@ MINING_STATE = """{% extends "base" %}{% import "macros" as m with context %}{% 
 <h3>page</h3>{{ m.shot(screenshot) }}<details><summary>page tree</summary><pre>{{ s.axtree }}</pre></details>{% endblock %}"""
 
 SALVAGE = """{% extends "base" %}{% import "macros" as m with context %}{% block body %}
+<h3>training seeds</h3>{% if seeds is not none %}<p>Each seed's run from the same SFT checkpoint: the update whose weights it returned (<code>sft</code>: none beat the SFT policy on the dev split), dev step success (%) of SFT and of the returned weights, and means per sampled batch.</p>{{ m.frame_table(seeds) }}{% else %}<p class="not-in-run">salvage_ds_report: not in this run</p>{% endif %}
+{% for name, caption in figures.items() %}<figure class="plot"><img src="/figure?name={{ name }}" alt="{{ name }}" style="max-width:100%"><figcaption>{{ caption }} (<code>{{ name }}</code>)</figcaption></figure>{% endfor %}
 {% if report %}<details><summary>report</summary><pre>{{ report }}</pre></details>{% endif %}
-<h3>per update</h3>{% if metrics is not none %}{{ m.frame_table(metrics) }}{% else %}<p class="not-in-run">salvage_ds_metrics: not in this run</p>{% endif %}
-<h3>groups (batch k feeds updates k&middot;&mu; to k&middot;&mu; + &mu; - 1)</h3>{% if groups is not none %}{{ m.frame_table(groups, {}, ['decision']) }}{% else %}<p class="not-in-run">per-group records (rewards, the gate's decision and reason, anchored): not kept by this run (no {{ group_log }}); the per-update counts above say how many groups were accepted, rejected by reason and anchored.</p>{% endif %}
+<h3>groups (batch k feeds updates k&middot;&mu; to k&middot;&mu; + &mu; - 1)</h3>{% if groups is not none %}{{ m.frame_table(groups, {}, ['decision']) }}{% else %}<p class="not-in-run">salvage_ds_groups: not in this run</p>{% endif %}
 {% endblock %}"""
 
 LIVE = """{% extends "base" %}{% import "macros" as m with context %}{% block body %}{{ m.frame_table(rows, links) }}{% endblock %}"""

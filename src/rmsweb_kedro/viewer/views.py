@@ -473,30 +473,41 @@ def mining_state(run: Run, state_id: str) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- salvage-ds
 
 
+#: The figures the Salvage-DS tab shows (catalog entries): each seed's run (the dev curve, groups a batch, the pool,
+#: the loss terms), every trained state's share right over the updates, and the held-out states that flipped.
+SALVAGE_FIGURES = {
+    "salvage_ds_plot": "each seed's run: dev curve (a star: the returned weights), groups a batch, the pool, losses",
+    "salvage_ds_states_plot": "each trained state's share of right samples over the updates",
+    "flips_plot": "held-out states whose step success flipped between SFT and each seed",
+}
+
+
 def salvage(run: Run) -> dict[str, Any]:
-    """Per update: the metrics the loop logged (groups sampled, accepted, rejected by reason, anchored, rewards);
-    and every sampled group (its samples, rewards, the gate's decision and reason), from the group log the training
-    writes under ``salvage_ds.loop.output_dir`` (``training.salvage_ds.GROUP_LOG``, not imported: it loads torch)."""
-    metrics = run.scan("salvage_ds_metrics")
-    loop = (run.params.get("salvage_ds") or {}).get("loop") or {}
-    log = run._path(loop.get("output_dir") or "data/06_models/salvage_ds_run") / "groups.jsonl"
-    groups = None
-    if log.exists():
-        mu = int(loop.get("updates_per_batch") or 1)
+    """Each training seed's run in one line (``measures.report.salvage_ds_table``, rounded), the figures of
+    :data:`SALVAGE_FIGURES` that the run has, and every sampled group (``salvage_ds_groups``: its samples, rewards,
+    the gate's decision and reason)."""
+    from rmsweb_kedro.measures.report import salvage_ds_table
+
+    report = run.json("salvage_ds_report")
+    seeds = None
+    if report is not None:
+        table = salvage_ds_table(report)
+        seeds = table.with_columns(
+            (pl.col("dev_sft", "dev_returned") * 100).round(1),
+            pl.col(pl.Float64).exclude("dev_sft", "dev_returned").round(2),
+        )
+    groups = run.scan("salvage_ds_groups")
+    if groups is not None:
+        mu = int(((run.params.get("salvage_ds") or {}).get("loop") or {}).get("updates_per_batch") or 1)
         groups = (
-            pl.scan_ndjson(log)
-            .with_columns(
+            groups.with_columns(
                 (pl.col("batch") * mu).alias("first update"),
                 pl.col("samples").list.join(" | "),
                 pl.col("rewards").cast(pl.List(pl.String)).list.join(" "),
             )
-            .sort("batch", "rank", "round", maintain_order=True)
+            .sort("seed", "batch", "rank", "round", maintain_order=True)
             .head(2000)
             .collect()
         )
-    return {
-        "metrics": metrics.collect() if metrics is not None else None,
-        "report": run.json("salvage_ds_report"),
-        "groups": groups,
-        "group_log": log,
-    }
+    figures = {name: caption for name, caption in SALVAGE_FIGURES.items() if run.has(name)}
+    return {"seeds": seeds, "figures": figures, "groups": groups, "report": report}

@@ -8,17 +8,22 @@ from typing import Any
 
 import polars as pl
 
+from rmsweb_kedro.measures.evaluation import seed_of
 from rmsweb_kedro.measures.reporting import as_percent, figure_panels, markdown_table, with_counts
 
 
 def collection_pool(
-    sandbox_tasks: pl.DataFrame, sft_states_train: pl.DataFrame, sft_states_val: pl.DataFrame
+    sandbox_tasks: pl.DataFrame,
+    sft_states_train: pl.DataFrame,
+    sft_states_val: pl.DataFrame,
+    sft_states_dev: pl.DataFrame,
 ) -> pl.DataFrame:
     """The sandbox tasks the default run's SFT model never trained on (none of its states in
-    ``sft_states_train``) nor is scored on (``sft_states_val``): the collection variants fine-tune that model, so
-    a corpus on its own training tasks would mostly repeat what it learnt (the reflection corpus exactly)."""
-    seen = pl.concat([sft_states_train["task_id"], sft_states_val["task_id"]]).unique().to_list()
-    return sandbox_tasks.filter(~pl.col("id").is_in(seen))
+    ``sft_states_train``), is not scored on (``sft_states_val``) and Salvage-DS does not choose its checkpoints on
+    (``sft_states_dev``): the collection variants fine-tune that model, so a corpus on its own training tasks would
+    mostly repeat what it learnt (the reflection corpus exactly), and one on dev tasks would leave dev unclean."""
+    seen = pl.concat([f["task_id"] for f in (sft_states_train, sft_states_val, sft_states_dev)]).unique()
+    return sandbox_tasks.filter(~pl.col("id").is_in(seen.to_list()))
 
 
 #: One row of facts per variant, joined to the evaluation's comparison by ``variant``.
@@ -59,19 +64,19 @@ def describe_collection_variant(
 
 
 def describe_rl_variant(report: dict[str, Any], variant: str, group: str, setting: str) -> dict[str, Any]:
-    """A Salvage-DS variant: states trained on, steps done, held-out competence before and after."""
-
-    def held_out(when: str) -> float | None:
-        return report.get(when, {}).get("held_out", {}).get("competence")
-
+    """A Salvage-DS variant: states trained on, steps done, held-out competence before and after (the mean over
+    its training seeds' returned weights), the seeds."""
+    runs = report["runs"].values()
+    after = [run["after"].get("held_out", {}).get("competence") for run in runs]
+    after = [value for value in after if value is not None]
     return {
         "variant": variant,
         "group": group,
         "setting": setting,
         "train_states": report["states"]["train"],
-        "train_steps": report.get("steps", 0),
-        "heldout_competence_before": held_out("before"),
-        "heldout_competence_after": held_out("after"),
+        "train_steps": max(run["steps"] for run in runs),
+        "heldout_competence_before": report["before"].get("held_out", {}).get("competence"),
+        "heldout_competence_after": sum(after) / len(after) if after else None,
     }
 
 
@@ -89,7 +94,7 @@ def describe_reference(
 
 
 TABLE_COLUMNS = [
-    "group", "variant", "setting", "train_states", "train_steps", "collected_tasks", "collection_yield",
+    "group", "variant", "seed", "setting", "train_states", "train_steps", "collected_tasks", "collection_yield",
     "attempts", "mean_steps_success", "heldout_competence_before", "heldout_competence_after", "n_states",
     "step_success_rate", "action_type_accuracy", "element_accuracy", "argument_match", "invalid_format_rate",
     "episodes", "env_errors", "successes", "success_rate", "success_low", "success_high", "steps_on_solved",
@@ -98,14 +103,28 @@ TABLE_COLUMNS = [
 
 
 def ablation_table(comparison: pl.DataFrame, *facts: dict[str, Any]) -> pl.DataFrame:
-    """ONE row per variant: its facts (what was changed, what it trained on, for how long) beside the evaluation's
-    offline step metrics and online success (k/n, Wilson interval) from ``model_comparison``."""
+    """One row per evaluated model: its variant's facts (what was changed, what it trained on, for how long) beside
+    the evaluation's offline step metrics and online success (k/n, Wilson interval) from ``model_comparison``; a
+    Salvage-DS variant has a row a training seed (its models ``<variant>_s<seed>``, ``seed`` saying which)."""
     described = pl.DataFrame(list(facts), schema=FACTS_SCHEMA)
-    missing = set(described["variant"]) ^ set(comparison["model"])
+    variants = described["variant"].to_list()
+
+    def variant_of(label: str) -> tuple[str | None, int | None]:
+        if label in variants:
+            return label, None
+        return next(((v, s) for v in variants if (s := seed_of(label, v)) is not None), (None, None))
+
+    found = [variant_of(label) for label in comparison["model"]]
+    missing = {v for v, _ in found if v is not None} ^ set(variants) | {
+        label for label, (v, _) in zip(comparison["model"], found, strict=True) if v is None
+    }
     if missing:
         raise ValueError(f"ablations: variants and evaluated models differ: {sorted(missing)}")
-    joined = described.join(with_counts(comparison).rename({"model": "variant"}), on="variant", how="left")
-    return joined.select(TABLE_COLUMNS)
+    keyed = with_counts(comparison).with_columns(
+        pl.Series("variant", [v for v, _ in found], dtype=pl.String),
+        pl.Series("seed", [s for _, s in found], dtype=pl.Int64),
+    )
+    return described.join(keyed, on="variant", how="left").select(TABLE_COLUMNS)
 
 
 def ablation_section(

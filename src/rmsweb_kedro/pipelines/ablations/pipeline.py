@@ -20,6 +20,12 @@ from rmsweb_kedro.pipelines.ablations import nodes
 COLLECTION_MODES = ("single", "independent_retries", "reflection_retries")
 #: (c) Salvage-DS modes on the mined critical states; (b) ``rl_full_corpus`` is salvage_ds on every SFT state.
 SALVAGE_MODES = ("grpo", "dapo", "salvage_ds", "salvage_ds_no_anchor")  # training.salvage_ds.Mode
+#: (e) Salvage-DS's parts one at a time, each against rl_salvage_ds: variant -> what it changes (its parameters are
+#: parameters_ablations.yml's ``ablations.<variant>.salvage_ds``): the reward, the competence band of the gate.
+SALVAGE_PARTS = {
+    "rl_partial_reward": "mode salvage_ds, partial-credit reward (type, target, argument) for the polarized one",
+    "rl_no_band": "mode salvage_ds, the gate's competence band open (c_low 0, c_high 1): contrast alone",
+}
 FULL_CORPUS = "rl_full_corpus"
 REFERENCE = "sft_default"
 
@@ -110,6 +116,8 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
                     "Salvage-DS mode")
         for mode in SALVAGE_MODES
     ]  # fmt: skip
+    parts = [_rl_variant(v, stages["salvage_ds"], ("salvage_ds",), setting, "Salvage-DS part")
+             for v, setting in SALVAGE_PARTS.items()]  # fmt: skip
     full = _rl_variant(
         FULL_CORPUS,
         stages["mining"].only_nodes_with_outputs("critical_states") + stages["salvage_ds"],
@@ -119,8 +127,9 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
     )
     models = {f"collect_{m}": f"ablations.collect_{m}.sft_model" for m in COLLECTION_MODES}
     models |= {REFERENCE: "sft_model"}
-    models |= {f"rl_{m}": f"ablations.rl_{m}.rmsweb_model" for m in SALVAGE_MODES}
-    models |= {FULL_CORPUS: f"ablations.{FULL_CORPUS}.rmsweb_model"}
+    models |= {f"rl_{m}": f"ablations.rl_{m}.rmsweb_models" for m in SALVAGE_MODES}
+    models |= {FULL_CORPUS: f"ablations.{FULL_CORPUS}.rmsweb_models"}
+    models |= {variant: f"ablations.{variant}.rmsweb_models" for variant in SALVAGE_PARTS}
     facts = [f"ablations.{variant}.facts" for variant in models]
     evaluation = pipeline(
         reused.model_evaluation(models),
@@ -139,6 +148,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
             for name in (
                 "model_comparison", "online_breakdown", "offline_by_step_kind", "evaluation_collection_table",
                 "evaluation_failure_modes", "run_manifest", "online_episodes", "offline_predictions",
+                "salvage_ds_report",
             )
         } | {
             "reflection_steps": "ablations.reflection_steps",
@@ -160,7 +170,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
         parameters={"evaluate": "ablations.evaluate"},
     )
     return (
-        sum(collection + modes, Pipeline([]))
+        sum(collection + modes + parts, Pipeline([]))
         + full
         + evaluation
         + the_report
@@ -169,7 +179,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
             [
                 Node(
                     nodes.collection_pool,
-                    inputs=["tasks", "sft_states_train", "sft_states_val"],
+                    inputs=["tasks", "sft_states_train", "sft_states_val", "sft_states_dev"],
                     outputs="ablations.collection_pool",
                     name="collection_pool",
                     namespace="ablations",

@@ -5,6 +5,7 @@ library's functions themselves (pipeline.py)."""
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import polars as pl
@@ -18,9 +19,15 @@ def predict_offline(
     states: pl.DataFrame, model: Any, params: dict[str, Any], model_name: str
 ) -> pl.DataFrame:
     """``offline_predictions_<model>``: the model's scored greedy replies on the held-out states
-    (:func:`~rmsweb_kedro.measures.evaluation.predict_offline`)."""
+    (:func:`~rmsweb_kedro.measures.evaluation.predict_offline`); a model of several training seeds
+    (``{seed: model}``) is each seed's, labelled ``<model>_s<seed>`` (:func:`~rmsweb_kedro.measures.evaluation.seed_models`)."""
     config = EvaluateParams.model_validate(params)
-    return evaluation.predict_offline(states, model, config, model_name)
+    return pl.concat(
+        [
+            evaluation.predict_offline(states, loaded, config, label)
+            for label, loaded in evaluation.seed_models(model, model_name)
+        ]
+    )
 
 
 def run_online(
@@ -31,9 +38,12 @@ def run_online(
     rollouts: dict[str, Any] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``online_episodes_<model>`` and ``online_steps_<model>``: one row per judged sandbox episode and one per
-    step of each (:func:`~rmsweb_kedro.measures.evaluation.run_online`, on the ``params:rollouts`` backend)."""
+    step of each (:func:`~rmsweb_kedro.measures.evaluation.run_online`, on the ``params:rollouts`` backend); for a
+    model of several training seeds, each of its first ``online.max_seeds`` seeds', labelled ``<model>_s<seed>``."""
     config = EvaluateParams.model_validate(params)
-    return evaluation.run_online(tasks, model, config, model_name, rollouts)
+    seeds = islice(evaluation.seed_models(model, model_name), config.online.max_seeds)
+    runs = [evaluation.run_online(tasks, loaded, config, label, rollouts) for label, loaded in seeds]
+    return pl.concat([episodes for episodes, _ in runs]), pl.concat([steps for _, steps in runs])
 
 
 def offline_by_step_kind(predictions: pl.DataFrame, params: dict[str, Any]) -> pl.DataFrame:
@@ -75,10 +85,11 @@ def build_report(
     params: dict[str, Any],
     manifest: dict[str, Any] | None = None,
     ablations: str | None = None,
+    salvage: dict[str, Any] | None = None,
 ) -> str:
-    """``evaluation_report`` (report.md; :func:`~rmsweb_kedro.measures.report.build_report`), with the ablations'
-    section when the ablations pipeline re-renders it."""
+    """``evaluation_report`` (report.md; :func:`~rmsweb_kedro.measures.report.build_report`), with Salvage-DS's
+    runs (``salvage_ds_report``) and the ablations' section when the ablations pipeline re-renders it."""
     config = EvaluateParams.model_validate(params)
     return evaluation_report.build_report(
-        comparison, breakdown, kinds, claims, collection, steps, modes, config, manifest, ablations
+        comparison, breakdown, kinds, claims, collection, steps, modes, config, manifest, ablations, salvage
     )

@@ -9,8 +9,9 @@ from rmsweb_kedro.measures import report as evaluation_report
 from rmsweb_kedro.pipelines import bind
 from rmsweb_kedro.pipelines.evaluate import nodes
 
-#: Model label -> the checkpoint dataset evaluated under it.
-MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_model"}
+#: Model label -> the checkpoint dataset evaluated under it (``rmsweb_models``: one model a training seed, labelled
+#: ``rmsweb_s<seed>``).
+MODELS = {"base": "base_model", "sft": "sft_model", "rmsweb": "rmsweb_models"}
 
 
 def model_evaluation(models: dict[str, str]) -> Pipeline:
@@ -115,6 +116,7 @@ def report_nodes(extra: dict[str, str] | None = None) -> Pipeline:
                     "modes": "evaluation_failure_modes",
                     "params": "params:evaluate",
                     "manifest": "run_manifest",
+                    "salvage": "salvage_ds_report",
                 }
                 | (extra or {}),
                 outputs="evaluation_report",
@@ -170,6 +172,12 @@ def create_pipeline(**kwargs) -> Pipeline:
                     inputs="evaluation_failure_modes",
                     outputs="failure_modes_by_model_plot",
                     name="plot_failure_modes_by_model",
+                ),
+                Node(
+                    bind(evaluation_report.plot_flips, first="rmsweb", second="sft"),
+                    inputs="offline_predictions",
+                    outputs="flips_plot",
+                    name="plot_flips",
                 ),
                 Node(
                     evaluation_report.plot_training_curves,

@@ -1,6 +1,6 @@
-"""Nodes of ``sft_data``: successful trajectories -> one policy state per step, split by task into train, val and
-the probe pool (states mining probes that SFT never trains on), with stats (the library:
-:mod:`rmsweb_kedro.trajectories.states`)."""
+"""Nodes of ``sft_data``: successful trajectories -> one policy state per step, split by task into train, val, the
+probe pool (states mining probes that SFT never trains on) and dev (the states Salvage-DS chooses its checkpoint
+on, which nothing trains or evaluates on), with stats (the library: :mod:`rmsweb_kedro.trajectories.states`)."""
 
 from __future__ import annotations
 
@@ -18,19 +18,23 @@ class SFTDataParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    val_fraction: float = Field(default=0.2, ge=0, lt=1, description="share of tasks held out for validation")
+    val_fraction: float = Field(
+        default=0.15, ge=0, lt=1, description="share of tasks held out for validation"
+    )
     #: Share of tasks held out of SFT for mining to probe (``sft_states_probe``); 0: no probe pool.
-    probe_fraction: float = Field(default=0.1, ge=0, lt=1, description="share of tasks held out for mining")
+    probe_fraction: float = Field(default=0.2, ge=0, lt=1, description="share of tasks held out for mining")
+    #: Share of tasks held out of everything for Salvage-DS's checkpoint choice (``sft_states_dev``).
+    dev_fraction: float = Field(default=0.1, ge=0, lt=1, description="share of tasks held out as dev")
     seed: int = 0
     #: The prompt the stats measure: globals.yml's policy_prompt, the one SFT trains with.
     prompt: PromptConfig = Field(default_factory=PromptConfig)
 
     @model_validator(mode="after")
     def _leaves_train_tasks(self) -> SFTDataParams:
-        if self.val_fraction + self.probe_fraction >= 1:
+        if self.val_fraction + self.probe_fraction + self.dev_fraction >= 1:
             raise ValueError(
-                f"sft_data.val_fraction ({self.val_fraction}) + sft_data.probe_fraction ({self.probe_fraction}) "
-                "must be < 1, or no task is left to train on: lower one of them"
+                f"sft_data.val_fraction ({self.val_fraction}) + probe_fraction ({self.probe_fraction}) + "
+                f"dev_fraction ({self.dev_fraction}) must be < 1, or no task is left to train on: lower one of them"
             )
         return self
 
@@ -43,21 +47,22 @@ def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataF
 
 def split_by_task(
     sft_states: pl.DataFrame, params: dict[str, Any]
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Train, val and probe states, each task in exactly one part (``val_fraction`` and ``probe_fraction`` of the
-    tasks, seeded; :func:`rmsweb_kedro.trajectories.states.split_train_val_probe`). With ``probe_fraction: 0`` the probe part
-    is empty and train/val are the two-way split's."""
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Train, val, probe and dev states, each task in exactly one part (``val_fraction``, ``probe_fraction`` and
+    ``dev_fraction`` of the tasks, seeded; :func:`rmsweb_kedro.trajectories.states.split_parts`). A fraction of 0
+    leaves its part empty; val and the probe pool do not depend on the dev fraction."""
     config = SFTDataParams.model_validate(params)
-    return states.split_train_val_probe(sft_states, config.val_fraction, config.probe_fraction, config.seed)
+    fractions = {"val": config.val_fraction, "probe": config.probe_fraction, "dev": config.dev_fraction}
+    return states.split_parts(sft_states, fractions, config.seed)
 
 
 def describe_states(
-    train: pl.DataFrame, val: pl.DataFrame, probe: pl.DataFrame, params: dict[str, Any]
+    train: pl.DataFrame, val: pl.DataFrame, probe: pl.DataFrame, dev: pl.DataFrame, params: dict[str, Any]
 ) -> dict[str, Any]:
-    """Samples, tasks, approximate tokens and the truncation rate of each part (train, val, probe) under the prompt
-    (``sft_metrics`` has the exact token counts), and the fractions asked for; raises when a task is in two
+    """Samples, tasks, approximate tokens and the truncation rate of each part (train, val, probe, dev) under the
+    prompt (``sft_metrics`` has the exact token counts), and the fractions asked for; raises when a task is in two
     parts."""
     config = SFTDataParams.model_validate(params)
-    stats = states.describe({"train": train, "val": val, "probe": probe}, config.prompt)
-    stats["split"] = config.model_dump(include={"val_fraction", "probe_fraction", "seed"})
+    stats = states.describe({"train": train, "val": val, "probe": probe, "dev": dev}, config.prompt)
+    stats["split"] = config.model_dump(include={"val_fraction", "probe_fraction", "dev_fraction", "seed"})
     return stats

@@ -17,12 +17,18 @@ def create_pipeline(**kwargs) -> Pipeline:
             Node(
                 split_by_task,
                 inputs=["sft_states", "params:sft_data"],
-                outputs=["sft_states_train", "sft_states_val", "sft_states_probe"],
+                outputs=["sft_states_train", "sft_states_val", "sft_states_probe", "sft_states_dev"],
                 name="split_sft_states_by_task",
             ),
             Node(
                 describe_states,
-                inputs=["sft_states_train", "sft_states_val", "sft_states_probe", "params:sft_data"],
+                inputs=[
+                    "sft_states_train",
+                    "sft_states_val",
+                    "sft_states_probe",
+                    "sft_states_dev",
+                    "params:sft_data",
+                ],
                 outputs="sft_data_stats",
                 name="describe_sft_states",
             ),
