@@ -512,7 +512,8 @@ def state_row(
     """The STATE row of step ``index`` of ``trajectory`` (its observation and the actions before it, as the
     policy's prompt shows them: ``prompts.state_from_live``) with ``reference`` as the action to take. The step's
     screenshot (relative to the trajectory's screenshot folder) gets ``screenshot_prefix`` in front, the way from
-    the prompt's ``image_root`` to that folder, so the row carries its image like a corpus state."""
+    the prompt's ``image_root`` to that folder, so the row carries its image like a corpus state (and the earlier
+    steps' screenshots alike)."""
     from rmsweb_kedro.contracts.prompts import state_from_live
 
     step = trajectory.steps[index]
@@ -523,6 +524,9 @@ def state_row(
         trajectory_id=trajectory.id,
         step_index=index,
         screenshot=f"{screenshot_prefix}{step.screenshot}" if step.screenshot else None,
+        previous_screenshots=[
+            f"{screenshot_prefix}{s.screenshot}" if s.screenshot else None for s in trajectory.steps[:index]
+        ],
         reference_thought=thought,
         reference_action=format_action(reference),
     )
