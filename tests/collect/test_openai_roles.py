@@ -78,6 +78,26 @@ def test_teacher_sends_screenshot_and_records_unparseable_reply(chat_server, scr
     assert decision.cost_usd == pytest.approx(expected)
 
 
+def test_the_teacher_carries_every_fact_it_memorized():
+    """A fact memorized long before the last ``history_limit`` actions is still in the prompt; the system turn
+    offers ``memorize``."""
+    from rmsweb_kedro.agents.openai_roles import TEACHER_SYSTEM
+
+    teacher = OpenAITeacher(
+        ChatEndpoint(EndpointConfig(base_url="http://127.0.0.1:9/v1", model="m")), history_limit=2
+    )
+    actions = ['memorize("the red scarf is 12 EUR")', "click(4)", "go_back()", "click(5)"]
+    history = [Step(index=i, url="http://shop.sandbox.test/", action=a) for i, a in enumerate(actions)]
+    text = teacher.messages(TASK, observation(""), history, [])[1]["content"][0]["text"]
+    assert "Facts you memorized:\n- the red scarf is 12 EUR\nPrevious actions:" in text
+    assert "memorize(" not in text.split("Previous actions:")[1]  # the action itself is out of the last 2
+    assert 'memorize("fact")' in TEACHER_SYSTEM and teacher.name == "openai-teacher/m/v2"
+    assert (
+        "Facts you memorized"
+        not in teacher.messages(TASK, observation(""), history[1:], [])[1]["content"][0]["text"]
+    )
+
+
 def test_500s_are_retried_then_answered(chat_server):
     chat_server.faults = {"status_500": 2}
     completion = endpoint(chat_server).complete([{"role": "user", "content": "hello"}])

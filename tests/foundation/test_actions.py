@@ -40,6 +40,7 @@ EVERY_ACTION = [
     Action(type="wait", seconds=1.5),
     Action(type="answer", text="42.50 USD"),
     Action(type="stop", status="infeasible"),
+    Action(type="memorize", text="The Blue scarf costs 12 EUR"),
 ]
 
 
@@ -135,6 +136,8 @@ def test_parser_is_tolerant_of_layout(text, expected):
         ("wait(-1)", "seconds must be a finite number"),
         ("wait('soon')", "must be a number"),
         ("answer()", "answer needs its text"),
+        ("memorize()", "memorize needs the fact to remember"),
+        ("memorize(3, 'x')", "surplus arguments"),
         ("stop(done)", "stop status must be"),
         ("click(12", "expected one action"),
         ("click(12,,)", "do not parse"),
@@ -218,6 +221,7 @@ def test_normalisers():
         ("click(x=100, y=100)", "click(x=110, y=92)"),
         ("wait(1)", "wait(3)"),
         ("go_back()", "go_back()"),
+        ('memorize("The soup has 120 calories.")', "memorize('the soup has  120 calories')"),
     ],
 )
 def test_semantically_equal(a, b):
@@ -240,6 +244,7 @@ def test_semantically_equal(a, b):
         ('goto("https://shop.test/cart")', 'goto("https://shop.test/cart?x=1")'),
         ('answer("12.5")', 'answer("125")'),
         ("stop(success)", "stop(failure)"),
+        ('memorize("soup: 120")', 'memorize("soup: 210")'),
     ],
 )
 def test_semantically_different(a, b):
@@ -267,9 +272,18 @@ STUDENT_ACTION_SPACE_TEXT = (
 
 
 def test_student_action_space_text_is_pinned():
+    """Without memory the text is the one the default checkpoints were trained on; memory adds its one action."""
     from rmsweb_kedro.contracts.prompts import action_space_text
 
     assert action_space_text() == STUDENT_ACTION_SPACE_TEXT
+    assert action_space_text(memory=True) == STUDENT_ACTION_SPACE_TEXT + ' memorize("fact")'
+
+
+def test_memorized_facts_are_the_memorize_actions_texts_in_order():
+    from rmsweb_kedro.contracts.actions import memorized_facts
+
+    actions = [parse_action(t) for t in ('memorize("a: 1")', "click(3)", 'answer("x")', 'memorize("b: 2")')]
+    assert memorized_facts([*actions, None]) == ["a: 1", "b: 2"]
 
 
 def _calls(prompt: str) -> dict[str, str]:
@@ -282,7 +296,7 @@ def test_prompt_texts_name_every_action_with_its_arguments(prompt):
     from rmsweb_kedro.agents.openai_roles import TEACHER_SYSTEM
     from rmsweb_kedro.contracts.prompts import action_space_text
 
-    text = action_space_text() if prompt == "student" else TEACHER_SYSTEM
+    text = action_space_text(memory=True) if prompt == "student" else TEACHER_SYSTEM
     calls = _calls(text)
     for spec in ACTION_SPACE.values():
         # The call the prompt shows must be a valid action of this type, once the placeholder id is an id.

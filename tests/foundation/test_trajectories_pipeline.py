@@ -470,6 +470,29 @@ def test_unknown_states_never_match_and_failures_stay_as_they_are(root):
     assert trajectories["n_steps"].to_list() == [3, 3, 3]
 
 
+def test_a_memorized_fact_survives_shortening(root):
+    """A memorize step leaves the page as it was but is no loop of one, and a loop that memorized a fact on its way
+    is no detour (the fact is carried to the later steps); loops on either side of it still go."""
+    steps = [
+        step(0, "home", "click(4)"),
+        step(1, "hats", "go_back()"),  # a detour before the fact: removed
+        step(2, "home", "click(5)"),
+        step(3, "soup", 'memorize("the soup has 120 calories")'),  # the page is unchanged after it
+        step(4, "soup", "go_back()"),  # back to a page seen before the fact: kept
+        step(5, "home", "click(6)"),
+        step(6, "stew", 'scroll("down")'),  # a loop of one after the fact: removed
+        step(7, "stew", 'answer("soup")'),
+    ]
+    actions, _, _ = shorten(root, record("t1", steps=steps))
+    assert actions["t1"] == [
+        "click(5)",
+        'memorize("the soup has 120 calories")',
+        "go_back()",
+        "click(6)",
+        'answer("soup")',
+    ]
+
+
 def test_shortening_report_and_plot(root):
     loop = [
         step(0, "a", "click(1)"),

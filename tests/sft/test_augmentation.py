@@ -12,16 +12,21 @@ from tests.fixtures_model import make_states
 
 def test_a_swap_replaces_the_argument_in_every_text_the_policy_reads():
     search, _, _ = make_states(n_tasks=1)[0:3]
-    search = {**search, "previous_actions": [search["reference_action"]]}  # as if typed once before
     item = parse_action(search["reference_action"]).text
+    # as if typed once before, with its thought (a past step without one stays without)
+    search |= {
+        "previous_actions": [search["reference_action"]] * 2,
+        "previous_thoughts": [f"find {item}", None],
+    }
     swapped = swap_argument(search, "Qorvel lamp")
     assert swapped["instruction"] == search["instruction"].replace(item, "Qorvel lamp")
     assert item not in swapped["instruction"] + swapped["reference_thought"] + "".join(
-        swapped["previous_actions"]
+        swapped["previous_actions"] + swapped["previous_thoughts"][:1]
     )
+    assert swapped["previous_thoughts"] == ["find Qorvel lamp", None]
     assert parse_action(swapped["reference_action"]).text == "Qorvel lamp"
     assert parse_action(swapped["reference_action"]).submit  # everything but the argument is kept
-    assert swapped["previous_actions"] == ['type(1, "Qorvel lamp", submit=true)']
+    assert swapped["previous_actions"] == ['type(1, "Qorvel lamp", submit=true)'] * 2
     assert swapped["axtree"] == search["axtree"] and swapped["screenshot"] == search["screenshot"]
 
 

@@ -66,6 +66,31 @@ def test_states_come_from_successful_steps_with_their_history():
     ]
     assert states["reference_action"][2] == 'answer("4.50")' and states["reference_thought"][1] == "step 1"
     assert states["screenshot"][0] == "raw/t1/0.png" and states["instruction"][3] == "do t2"
+    # the earlier steps' thoughts and screenshots beside their actions, for the context policy
+    assert states["previous_thoughts"][2].to_list() == ["step 0", "step 1"]
+    assert states["previous_screenshots"][2].to_list() == ["raw/t1/0.png", "raw/t1/1.png"]
+    assert states["previous_thoughts"][3].to_list() == []
+
+
+def test_a_raw_file_without_thoughts_or_screenshots_still_gives_states(tmp_path):
+    """Older raw files (and hand-written ones) carry no thought and no screenshot: they load, and their states'
+    past steps have neither (null beside each action)."""
+    from rmsweb_kedro.datasets.raw_trajectories import RawTrajectoriesDataset
+    from rmsweb_kedro.pipelines.trajectories.nodes import validate_trajectories
+
+    steps = [{"index": 0, "url": "http://shop.test/", "axtree": "A", "action": "click(3)"},
+             {"index": 1, "url": "http://shop.test/item", "axtree": "B", "action": 'answer("12")'}]  # fmt: skip
+    record = {"id": "old-1", "task_id": "t", "site": "shop", "success": True, "steps": steps}
+    (tmp_path / "old.jsonl").write_text(__import__("json").dumps(record) + "\n")
+    raw = RawTrajectoriesDataset(
+        path=str(tmp_path), dataset="text.TextDataset", filename_suffix=".jsonl"
+    ).load()
+    trajectories, step_table, quarantine, _ = validate_trajectories(raw, {"raw_root": str(tmp_path)})
+    assert quarantine.height == 0
+    states = build_states(trajectories, step_table)
+    assert states["previous_actions"].to_list() == [[], ["click(3)"]]
+    assert states["previous_thoughts"].to_list() == [[], [None]]
+    assert states["previous_screenshots"].to_list() == [[], [None]]
 
 
 def test_unparsed_step_in_a_successful_trajectory_is_named():
@@ -99,6 +124,12 @@ def test_split_is_by_task_and_stats_count_samples(tiny_states):
     assert stats["train"]["samples"] == train.height and stats["val"]["tasks"] == 10
     assert stats["train"]["truncation_rate"] == pytest.approx(2 / 3)
     assert stats["train"]["action_types"]["click"] == 2 * train["task_id"].n_unique()
+    assert stats["train"]["history_steps_cut"] == stats["train"]["history_cut_states"] == 0
+    # a history budget of 4 tokens: 'click(k)' (2 tokens) fits, 'type(1, "<item>", submit=true)' (8+) does not,
+    # so the second and third state of each task lose their first past step
+    stats = describe_states(train, val, probe, {"prompt": {"history_max_tokens": 4}})
+    tasks = train["task_id"].n_unique()
+    assert stats["train"]["history_steps_cut"] == stats["train"]["history_cut_states"] == 2 * tasks
 
 
 def test_probe_fraction_zero_is_the_two_way_split_with_an_empty_probe_pool(tiny_states):

@@ -112,6 +112,17 @@ def test_agent_mistakes_become_errors_not_exceptions(
     assert browser_env.step(parse_action("go_back()")).url == "http://shop.sandbox.test/"
 
 
+def test_memorize_leaves_the_page_as_it_was(browser_env: BrowserEnv, sandbox_task_list: list[Task]) -> None:
+    """``memorize`` touches no page (its fact lives in the episode's history): same URL, same tree, no error,
+    and the episode goes on from there."""
+    before = browser_env.reset(task_of(sandbox_task_list, "shop_price"))
+    after = browser_env.step(parse_action('memorize("the Help link is [2]")'))
+    assert (after.url, after.axtree, after.error, after.env_error) == (before.url, before.axtree, None, False)
+    assert not browser_env.done
+    help_link = find_element(after, "link", "Help")
+    assert browser_env.step(Action(type="click", element=help_link.id)).url == "http://shop.sandbox.test/help"
+
+
 _POINTER_PAGE = (
     "data:text/html,<title>pointer</title>"
     "<input aria-label=City value=Oslo><input aria-label=Date type=date>"

@@ -7,11 +7,19 @@ from pathlib import Path
 from typing import Any
 
 from rmsweb_kedro.agents.base import Decision
-from rmsweb_kedro.contracts.actions import ActionParseError, describe_actions, format_action, parse_reply
+from rmsweb_kedro.contracts.actions import (
+    ActionParseError,
+    describe_actions,
+    format_action,
+    memorized_facts,
+    parse_reply,
+)
 from rmsweb_kedro.contracts.schema import Observation, Step, Task, Usage, Verdict
 from rmsweb_kedro.models.endpoint import ChatEndpoint, EndpointError, image_part, text_part
 
-PROMPT_VERSION = "v1"
+PROMPT_VERSION = "v1"  # the reflector's
+#: v2: the action list offers ``memorize`` and the user turn carries the facts memorized so far.
+TEACHER_PROMPT_VERSION = "v2"
 
 TEACHER_SYSTEM = f"""You are a web agent. You see a web page (its accessibility tree, where interactive elements carry
 ids in square brackets, and a screenshot) and act on it, one action per reply, until the task is done.
@@ -43,7 +51,7 @@ class OpenAITeacher:
         self.endpoint = endpoint
         self.send_screenshot = send_screenshot
         self.history_limit = history_limit
-        self.name = f"openai-teacher/{endpoint.config.model}/{PROMPT_VERSION}"
+        self.name = f"openai-teacher/{endpoint.config.model}/{TEACHER_PROMPT_VERSION}"
 
     def messages(
         self, task: Task, observation: Observation, history: list[Step], reflections: list[str]
@@ -52,6 +60,10 @@ class OpenAITeacher:
         if reflections:
             text.append("Lessons from your earlier failed attempts at this task:")
             text += [f"- {r}" for r in reflections]
+        facts = memorized_facts(step.action for step in history)
+        if facts:  # every fact, however old: the history below shows only the last history_limit actions
+            text.append("Facts you memorized:")
+            text += [f"- {fact}" for fact in facts]
         text += [
             f"Previous actions:\n{action_history(history, self.history_limit)}",
             f"URL: {observation.url}",

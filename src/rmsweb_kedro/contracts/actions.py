@@ -16,6 +16,7 @@ Text form (what models read and write), one call per action::
     hover(9)                       goto("https://example.org/")
     go_back()                      wait(2)
     answer("42.50 USD")            stop("success")
+    memorize("The Blue scarf costs 12 EUR")
 
 A model reply may carry a thought before the action::
 
@@ -59,6 +60,7 @@ class ActionType(StrEnum):
     WAIT = "wait"
     ANSWER = "answer"
     STOP = "stop"
+    MEMORIZE = "memorize"
 
 
 ScrollDirection = Literal["up", "down", "left", "right"]
@@ -200,6 +202,12 @@ ACTION_SPACE: dict[ActionType, ActionSpec] = {
             arguments=(Argument("status", "string", '"success"', missing="its status", choices=_STATUSES),),
             purpose='end the task: "success" (done), "failure" or "infeasible" (it cannot be done)',
         ),
+        ActionSpec(
+            ActionType.MEMORIZE,
+            targeted=False,
+            arguments=(Argument("text", "string", '"fact"', missing="the fact to remember"),),
+            purpose="remember a fact for the later steps (the page is not touched; the prompt carries the fact)",
+        ),
     )
 }
 
@@ -223,6 +231,12 @@ def describe_actions(target: str = "id") -> str:
         f"  {usage:<{width}}-- {spec.purpose}"
         for usage, spec in zip(usages, ACTION_SPACE.values(), strict=True)
     )
+
+
+def memorized_facts(actions: Iterable[Action | None]) -> list[str]:
+    """The facts of the ``memorize`` actions among ``actions``, oldest first: what every later step carries (the
+    policy's prompt: ``prompts.PromptConfig.memory``; the teacher's)."""
+    return [a.text for a in actions if a is not None and a.type == ActionType.MEMORIZE and a.text]
 
 
 class ActionParseError(ValueError):
@@ -602,6 +616,8 @@ def normalized_argument(action: Action) -> Any:
         return normalize_answer(action.text or "")
     if t == ActionType.STOP:
         return action.status
+    if t == ActionType.MEMORIZE:
+        return normalize_text(action.text or "")
     return None  # click, hover, go_back, wait: the target (if any) says everything
 
 

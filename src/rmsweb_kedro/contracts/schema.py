@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from rmsweb_kedro.contracts.actions import (
     INT32_MAX,
@@ -198,6 +198,20 @@ class Step(_Record):
     #: The box (x, y, width, height) of the element the action targets, in the step's screenshot pixels (the
     #: viewer draws it); None when the action targets no element or the record predates it.
     target_box: tuple[float, float, float, float] | None = None
+    # The screenshot file the step acted on, as the running episode holds it (absolute, maybe in a temporary
+    # folder): a later step's live prompt shows it (prompts.PromptConfig.history_screenshots). Private, so never
+    # in a record, whose ``screenshot`` is relative to its file or absent.
+    _observed_screenshot: str | None = PrivateAttr(default=None)
+
+    @property
+    def observed_screenshot(self) -> str | None:
+        """The screenshot file this step acted on while its episode runs (``observed``); None in a record."""
+        return self._observed_screenshot
+
+    def observed(self, screenshot: str | None) -> Step:
+        """This step, remembering the file of the screenshot it acted on (``run_episode`` calls it)."""
+        self._observed_screenshot = screenshot
+        return self
 
     @field_validator("action", mode="before")
     @classmethod
@@ -525,6 +539,10 @@ STATE_SCHEMA = pl.Schema(
         "site": pl.String,
         "instruction": pl.String,
         "previous_actions": pl.List(pl.String),  # canonical action texts, oldest first
+        # beside previous_actions, one entry a past step (null where it had none): what the context policy can show
+        # (prompts.PromptConfig); absent in older tables: [] (no thought, no screenshot)
+        "previous_thoughts": pl.List(pl.String),
+        "previous_screenshots": pl.List(pl.String),  # relative to the raw trajectories folder, as screenshot
         "url": pl.String,
         "axtree": pl.String,
         "screenshot": pl.String,  # path relative to the raw trajectories folder, or null
@@ -536,7 +554,11 @@ STATE_SCHEMA = pl.Schema(
     }
 )
 #: STATE_SCHEMA columns that older tables may lack, and the value they get (conform_states).
-STATE_DEFAULTS: dict[str, Any] = {"equivalent_actions": []}
+STATE_DEFAULTS: dict[str, Any] = {
+    "equivalent_actions": [],
+    "previous_thoughts": [],
+    "previous_screenshots": [],
+}
 
 
 def conform_states(states: pl.DataFrame, name: str) -> pl.DataFrame:

@@ -168,7 +168,7 @@ def _play(
             error=decision.error,
             equivalent_actions=decision.equivalents,
             target_box=target_box(decision.action, observation),
-        )
+        ).observed(observation.screenshot)  # the later steps' live prompts may show it, kept or not
         steps.append(step)
         if decision.fatal:
             run.termination = "model_error"

@@ -523,7 +523,8 @@ def state_row(
     policy's prompt shows them: ``prompts.state_from_live``) with ``reference`` as the action to take (or the
     actions right there: the first is the reference action, the others its ``equivalent_actions``). The step's
     screenshot (relative to the trajectory's screenshot folder) gets ``screenshot_prefix`` in front, the way from
-    the prompt's ``image_root`` to that folder, so the row carries its image like a corpus state."""
+    the prompt's ``image_root`` to that folder, so the row carries its image like a corpus state (and the earlier
+    steps' screenshots alike)."""
     from rmsweb_kedro.contracts.prompts import state_from_live
 
     step = trajectory.steps[index]
@@ -535,6 +536,9 @@ def state_row(
         trajectory_id=trajectory.id,
         step_index=index,
         screenshot=f"{screenshot_prefix}{step.screenshot}" if step.screenshot else None,
+        previous_screenshots=[
+            f"{screenshot_prefix}{s.screenshot}" if s.screenshot else None for s in trajectory.steps[:index]
+        ],
         reference_thought=thought,
         reference_action=format_action(references[0]),
         equivalent_actions=[format_action(a) for a in references[1:]],

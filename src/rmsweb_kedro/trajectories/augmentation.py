@@ -4,7 +4,7 @@ the state, by another string.
 A policy must copy arguments (a city, a name, a date, a price) from the task or the page into its action. A small
 model trained on a few hundred states learns the strings instead: asked for "Torfen" it types "Marvin", a city it
 saw in training (the failure that dominated the tiny default's val errors). Replacing the argument consistently in
-the instruction, the page text, the previous actions, the thought and the action keeps each copy a correct
+the instruction, the page text, the previous actions and thoughts, the thought and the action keeps each copy a correct
 demonstration while making memorised strings useless, so copying is what gets learned. The replacement is another
 training argument of the same action type (so the prior between known strings is broken) or, as often, a fresh
 string of the same shape (letters for letters, digits for digits: strings the model has never seen, like a val
@@ -75,8 +75,8 @@ def swap_argument(state: dict[str, Any], replacement: str) -> dict[str, Any]:
     for field in ("instruction", "axtree", "reference_thought"):
         if swapped.get(field):
             swapped[field] = swapped[field].replace(value, replacement)
-    for field in ("previous_actions", "equivalent_actions"):
-        swapped[field] = [a.replace(value, replacement) for a in state.get(field) or []]
+    for field in ("previous_actions", "previous_thoughts", "equivalent_actions"):
+        swapped[field] = [t.replace(value, replacement) if t else t for t in state.get(field) or []]
     swapped["reference_action"] = format_action(
         action.model_copy(update={ACTION_SPACE[action.type].argument: replacement})
     )

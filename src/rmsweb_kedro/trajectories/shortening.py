@@ -1,18 +1,24 @@
 """Shortening of successful trajectories: remove detours (actions that did nothing, loops back to a page state
-already seen) without changing where a trajectory ends; failed or unjudged trajectories pass unchanged."""
+already seen) without changing where a trajectory ends or losing a memorized fact; failed or unjudged trajectories
+pass unchanged."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 
+from rmsweb_kedro.contracts.actions import ActionType
 from rmsweb_kedro.contracts.schema import STEP_SCHEMA, TRAJECTORY_SCHEMA
+
+_MEMORIZE = pl.col("action_type") == ActionType.MEMORIZE.value
 
 
 def _state_key() -> pl.Expr:
-    # A page state is its URL and accessibility tree; without a tree the state is unknown and never repeats.
+    # A page state is its URL and accessibility tree; without a tree the state is unknown and never repeats. A
+    # memorize step leaves the page as it was, yet is no loop of one: its fact is carried to every later step, so
+    # its state is unknown too (kept).
     known = pl.struct("url", "axtree").hash(seed=0)
-    return pl.when(pl.col("axtree").is_null()).then(None).otherwise(known)
+    return pl.when(pl.col("axtree").is_null() | _MEMORIZE).then(None).otherwise(known)
 
 
 def _loop_erased_rows(candidates: pl.DataFrame) -> np.ndarray:
@@ -20,14 +26,18 @@ def _loop_erased_rows(candidates: pl.DataFrame) -> np.ndarray:
 
     From a step's state, jump to the *last* step acting on the same state and keep that one; a revisited state
     means everything in between was a detour, and an action after which the state is unchanged is a loop of one.
-    The final step's state has no later repeat, so the trajectory still ends where it ended.
+    The final step's state has no later repeat, so the trajectory still ends where it ended. No jump crosses a
+    memorize step (``segment``: the memorize steps up to each row): a loop that memorized a fact on its way was
+    not a detour, whatever page it came back to.
     """
     n = candidates.height
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     row = pl.col("row")
     positions = candidates.with_row_index("row").select(
-        last=pl.when(pl.col("state").is_null()).then(row).otherwise(row.max().over("trajectory_id", "state")),
+        last=pl.when(pl.col("state").is_null())
+        .then(row)
+        .otherwise(row.max().over("trajectory_id", "segment", "state")),
         start=row.min().over("trajectory_id"),
         end=row.max().over("trajectory_id") + 1,
     )
@@ -58,10 +68,12 @@ def shorten(trajectories: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFra
         is_final=pl.col("index") == pl.col("index").max().over("trajectory_id"),
     )
     did_nothing = (pl.col("error").is_not_null() | pl.col("action").is_null()) & ~pl.col("is_final")
-    candidates = ordered.filter(pl.col("is_success") & ~did_nothing).with_columns(state=_state_key())
+    candidates = ordered.filter(pl.col("is_success") & ~did_nothing).with_columns(
+        state=_state_key(), segment=_MEMORIZE.cast(pl.Int32).cum_sum().over("trajectory_id")
+    )
     kept = candidates[_loop_erased_rows(candidates)]
     shortened_steps = (
-        pl.concat([ordered.filter(~pl.col("is_success")), kept.drop("state")])
+        pl.concat([ordered.filter(~pl.col("is_success")), kept.drop("state", "segment")])
         .sort("trajectory_id", "index", maintain_order=True)
         .with_columns(index=pl.int_range(pl.len(), dtype=pl.Int32).over("trajectory_id"))
         .select(STEP_SCHEMA.names())

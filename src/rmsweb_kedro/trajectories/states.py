@@ -27,8 +27,10 @@ def _require_columns(frame: pl.DataFrame, schema: pl.Schema, name: str) -> None:
 def from_trajectories(trajectories: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """One STATE row per step of each successful trajectory: what the teacher saw and the action it took.
 
-    ``previous_actions`` holds every earlier action (the prompt shows the last k). A step whose action did not
-    parse cannot be a target; it is an error in a successful trajectory, so it stops the run with its ids.
+    ``previous_actions`` holds every earlier action, ``previous_thoughts`` and ``previous_screenshots`` their
+    thoughts and screenshots beside them (the context policy chooses what the prompt shows: prompts.PromptConfig).
+    A step whose action did not parse cannot be a target; it is an error in a successful trajectory, so it stops
+    the run with its ids.
     """
     _require_columns(trajectories, TRAJECTORY_SCHEMA, "trajectory")
     _require_columns(steps, STEP_SCHEMA, "step")
@@ -48,10 +50,15 @@ def from_trajectories(trajectories: pl.DataFrame, steps: pl.DataFrame) -> pl.Dat
         pl.col("index").cast(pl.Int32).alias("step_index"),
         pl.col("action").cum_count().over("trajectory_id").alias("_n"),
         pl.col("action").implode().over("trajectory_id").alias("_actions"),
+        pl.col("thought").implode().over("trajectory_id").alias("_thoughts"),
+        pl.col("screenshot").implode().over("trajectory_id").alias("_screenshots"),
         pl.col("thought").alias("reference_thought"),
         pl.col("action").alias("reference_action"),
         pl.col("equivalent_actions").fill_null([]),
-    ).with_columns(pl.col("_actions").list.head(pl.col("_n") - 1).alias("previous_actions"))
+    ).with_columns(
+        pl.col(f"_{column}").list.head(pl.col("_n") - 1).alias(f"previous_{column}")
+        for column in ("actions", "thoughts", "screenshots")
+    )
     states = states.select(STATE_SCHEMA.names()).cast(dict(STATE_SCHEMA))
     logger.info(
         "%d states from %d successful trajectories (of %d)",
@@ -112,9 +119,9 @@ def split_parts(states: pl.DataFrame, fractions: dict[str, float], seed: int) ->
 
 
 def describe(parts: dict[str, pl.DataFrame], prompt: PromptConfig) -> dict[str, Any]:
-    """Samples, tasks, approximate tokens (4 characters a token: the tokenizer is built later, in ``sft``) and the
-    share of observations cut to the prompt's budget, per part (``train``, ``val``, ``probe``, ...); raises when a
-    task is in two parts."""
+    """Samples, tasks, approximate tokens (4 characters a token: the tokenizer is built later, in ``sft``), the
+    share of observations cut to the prompt's budget and the past steps its history budget cut, per part
+    (``train``, ``val``, ``probe``, ...); raises when a task is in two parts."""
     stats: dict[str, Any] = {"prompt": prompt.model_dump()}
     for name, frame in parts.items():
         rows = frame.to_dicts()
@@ -129,6 +136,9 @@ def describe(parts: dict[str, pl.DataFrame], prompt: PromptConfig) -> dict[str, 
             "approx_target_tokens": sum(target_chars) // 4,
             "mean_approx_tokens": (sum(chars) / 4 / len(rows)) if rows else 0.0,
             "truncation_rate": (sum(info["truncated"] for _, info in built) / len(rows)) if rows else 0.0,
+            # past steps the history budget (prompt.history_max_tokens) cut, oldest first, and the states it cut
+            "history_steps_cut": sum(info["history_cut"] for _, info in built),
+            "history_cut_states": sum(info["history_cut"] > 0 for _, info in built),
             "action_types": dict(Counter(row["reference_action"].split("(")[0] for row in rows)),
         }
     names = list(parts)

@@ -789,6 +789,8 @@ class BrowserEnv:
             self.final_answer = action.text if kind == ActionType.ANSWER else self.final_answer
             self.done = True
             return None
+        if kind == ActionType.MEMORIZE:  # the fact lives in the episode's history (the prompt carries it)
+            return None
         if kind == ActionType.GOTO:
             if not self.allowed(action.url or ""):
                 return f"blocked: {action.url} is not in the allow-list"  # the task's site, on the open web
