@@ -19,14 +19,20 @@ from rmsweb_kedro.measures import report, reporting
 from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA, EvaluateParams
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations.nodes import collection_pool
-from rmsweb_kedro.pipelines.ablations.pipeline import COLLECTION_MODES, FULL_CORPUS, REFERENCE, SALVAGE_MODES
+from rmsweb_kedro.pipelines.ablations.pipeline import (
+    COLLECTION_MODES,
+    FULL_CORPUS,
+    REFERENCE,
+    SALVAGE_MODES,
+    SALVAGE_PARTS,
+)
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, ProjectConfigLoader, merge_parameters
 from tests.fixtures_web import chromium_available
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = [f"collect_{m}" for m in COLLECTION_MODES] + [REFERENCE] + [f"rl_{m}" for m in SALVAGE_MODES]
-VARIANTS += [FULL_CORPUS]
+VARIANTS += [FULL_CORPUS, *SALVAGE_PARTS]
 
 
 def test_merge_resolver_deep_merges_in_order_without_touching_the_base():
@@ -204,7 +210,7 @@ def test_the_probe_pool_is_namespaced_in_the_collection_variants_and_empty_there
         (split,) = [
             n for n in ablations.nodes if n.name == f"ablations.{variant}.sft_data.split_sft_states_by_task"
         ]
-        parts = [f"ablations.{variant}.sft_states_{part}" for part in ("train", "val", "probe")]
+        parts = [f"ablations.{variant}.sft_states_{part}" for part in ("train", "val", "probe", "dev")]
         assert split.outputs == parts
         assert split.inputs == [f"ablations.{variant}.sft_states", f"params:ablations.{variant}.sft_data"]
         for name in parts:
@@ -214,7 +220,7 @@ def test_the_probe_pool_is_namespaced_in_the_collection_variants_and_empty_there
             )
         params = loader["parameters"]["ablations"][variant]["sft_data"]
         assert (
-            params["probe_fraction"] == 0.0
+            params["probe_fraction"] == params["dev_fraction"] == 0.0
             and params["val_fraction"] == loader["parameters"]["sft_data"]["val_fraction"]
         )
     (select,) = [
@@ -235,7 +241,8 @@ def _add_parameters(catalog: DataCatalog, params: dict, prefix: str = "") -> Non
 TINY = {
     "mining": {"scoring": {"k": 2, "batch_size": 12}, "max_states_probed": 12, "online": {"rollouts": 0}},
     "salvage_ds": {"loop": {"max_steps": 1, "batch_size": 2, "max_seconds": None, "progress": False},
-                   "algorithm": {"group_size": 2, "max_new_tokens": 12}, "max_eval_states": 2, "eval_samples": 1},
+                   "algorithm": {"group_size": 2, "max_new_tokens": 12}, "max_eval_states": 2, "eval_samples": 1,
+                   "seeds": [0], "max_dev_states": 2},
     "evaluate": {"offline": {"max_states": 4}, "policy": {"max_new_tokens": 16},
                  "online": {"max_tasks": 1, "max_held_out_tasks": 0, "runs": 1, "max_steps": 2}},
     "ablations": {"budget": {
@@ -273,7 +280,10 @@ def ablation_run(tmp_path_factory, tiny_checkpoint, tiny_states, sandbox_task_li
         catalog["collection_tasks"] = select_collection_tasks(
             sandbox_tasks, {"split": "train", "max_tasks": 4}
         )
-        catalog["sft_states_train"] = states.filter(pl.col("task_id") < "shop-025")
+        catalog["sft_states_train"] = states.filter(pl.col("task_id") < "shop-022")
+        catalog["sft_states_dev"] = states.filter(
+            pl.col("task_id").is_between(pl.lit("shop-022"), pl.lit("shop-024"))
+        )
         catalog["sft_states_probe"] = states.filter(
             pl.col("task_id").is_between(pl.lit("shop-025"), pl.lit("shop-029"))
         )
@@ -305,8 +315,8 @@ def test_one_table_row_per_variant_with_real_metrics(ablation_run):
         table["success_high"] >= table["success_rate"]
     ).all()
     rows = {r["variant"]: r for r in table.iter_rows(named=True)}
-    for variant in [f"rl_{m}" for m in SALVAGE_MODES] + [FULL_CORPUS]:
-        assert rows[variant]["train_steps"] == 1
+    for variant in [f"rl_{m}" for m in SALVAGE_MODES] + [FULL_CORPUS, *SALVAGE_PARTS]:
+        assert rows[variant]["train_steps"] == 1 and rows[variant]["seed"] == 0
     # Full corpus: every probed SFT state; mined: the critical ones (all of them for an untrained policy) at most.
     assert rows[FULL_CORPUS]["train_states"] >= rows["rl_salvage_ds"]["train_states"] > 0
     md = (ablation_run / "data/08_reporting/ablations/ablation_comparison.md").read_text()

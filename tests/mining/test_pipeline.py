@@ -14,7 +14,9 @@ from rmsweb_kedro.measures.mining import CRITICAL_STATE_SCHEMA, FailureMode
 
 CATALOG = Path(__file__).parents[2] / "conf" / "base" / "catalog_mining.yml"
 K = 2
-PROBED = 8  # of the 109 distinct corpus states (24 of the pool), drawn at random with the seed: 2 of the pool
+PROBED = (
+    28  # of the 109 distinct corpus states (24 of the pool): the whole pool first, then 4 training states
+)
 POOL_FROM = "shop-030"
 
 
@@ -69,9 +71,11 @@ def test_offline_probes(mining_run, tiny_states):
     # an untrained tiny model: mostly wrong, so failure modes are assigned
     assert probed["failure_mode"].null_count() < probed.height
     assert (probes["source"] == "offline").all()
-    # the corpus is the training states and the probe pool; both are drawn for probing
+    # the corpus is the training states and the probe pool; the pool is probed first, whole, then training states
     assert probes["in_sft"].to_list() == (probes["task_id"] < POOL_FROM).to_list()
-    assert set(probed["in_sft"]) == {True, False}
+    pool = probes.filter(~pl.col("in_sft"))
+    assert pool.height == 24 and pool["competence"].null_count() == 0
+    assert probed["in_sft"].sum() == PROBED - 24
 
 
 def test_outputs(mining_run):
