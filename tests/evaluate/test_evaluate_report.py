@@ -12,7 +12,7 @@ from kedro.io import DataCatalog, MemoryDataset
 from kedro.runner import SequentialRunner
 
 from rmsweb_kedro.contracts.schema import JudgeSpec, Task
-from rmsweb_kedro.measures import evaluation, report, reporting
+from rmsweb_kedro.measures import evaluation, figures, report, reporting
 from rmsweb_kedro.measures.mining import EpisodeFailure, FailureMode, classify_episode
 from rmsweb_kedro.measures.scoring import score_step
 from rmsweb_kedro.pipelines.evaluate import nodes
@@ -498,7 +498,7 @@ def test_downstream_pipeline_writes_report_and_figures(tmp_path):
         comparison["model"].to_list() == ["base", "sft", "rmsweb"] and comparison["success_rate"][2] == 0.75
     )
 
-    curves = report.plot_training_curves(inputs["sft_metrics"], inputs["salvage_ds_metrics"]).axes
+    curves = figures.plot_training_curves(inputs["sft_metrics"], inputs["salvage_ds_metrics"]).axes
     assert [len(ax.lines) for ax in curves] == [2, 1]  # SFT train+eval loss, Salvage-DS train loss
     modes = catalog.load("evaluation_failure_modes")
     base = {
@@ -563,7 +563,7 @@ def test_failed_episodes_are_counted_by_their_first_wrong_step():
         "wrong element": 1,
     }
     assert rows.filter(pl.col("where") == "online episode")["count"].sum() == 2  # the same two failures
-    assert [ax.get_title() for ax in report.plot_failure_modes(rows).axes][1] == (
+    assert [ax.get_title() for ax in figures.plot_failure_modes(rows).axes][1] == (
         "Failure modes: online first wrong steps"
     )
 
@@ -580,8 +580,8 @@ def test_report_from_empty_evaluations():
     claims = nodes.claims_table(online, NO_PREDICTIONS, collect_log([]), PARAMS)
     assert claims["this_run"].to_list() == [None, None, None]
     assert claims["resolved"].to_list() == [None, None, None] and claims["n"].to_list() == [0, None, 0]
-    for figure in (report.plot_success_vs_cost(comparison), report.plot_steps_on_solved(online),
-                   report.plot_failure_modes(modes), report.plot_training_curves(None, [])):  # fmt: skip
+    for figure in (figures.plot_success_vs_cost(comparison), figures.plot_steps_on_solved(online),
+                   figures.plot_failure_modes(modes), figures.plot_training_curves(None, [])):  # fmt: skip
         assert figure.axes
     kinds = nodes.offline_by_step_kind(predictions, PARAMS)
     markdown = nodes.build_report(
@@ -592,7 +592,7 @@ def test_report_from_empty_evaluations():
         and "No online episode was judged" in markdown
         and "RMSWeb beats SFT | – | +2.4 to +7.0 | – |" in markdown
     )
-    assert report.plot_flips(predictions).axes[0].get_title().endswith("(none)")
+    assert figures.plot_flips(predictions).axes[0].get_title().endswith("(none)")
 
 
 def test_greedy_repeats_are_one_episode_in_the_interval_and_the_paired_test():

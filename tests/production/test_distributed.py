@@ -60,8 +60,10 @@ def one_process_sft(tmp_path_factory, released_checkpoint, screenshot_states):
 
 
 #: Random weights write no valid action: every group is rejected (no contrast) and anchored, so the loss is the
-#: anchor's token mean over the step, the same whatever was sampled; reply lengths differ between states.
-SALVAGE_DS = SalvageDSParams(group_size=2, max_new_tokens=3, lam=1.0)
+#: anchor's token mean over the step, the same whatever was sampled; reply lengths differ between states. One
+#: round: each process resamples from its own shard of the pool, so further rounds draw other states than one
+#: process does (``test_two_processes_resample_disjoint_shards``).
+SALVAGE_DS = SalvageDSParams(group_size=2, max_new_tokens=3, lam=1.0, max_rounds=1)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +91,7 @@ def _launched_sft(tmp_path, launch, checkpoint, states, batching="padded", val_s
     return run_launched(launch, "conf/base/accelerate", "rmsweb_kedro.training.sft", job)
 
 
-def _launched_salvage_ds(tmp_path, launch, checkpoint, states):
+def _launched_salvage_ds(tmp_path, launch, checkpoint, states, algorithm=SALVAGE_DS):
     loop = LoopConfig(output_dir=str(tmp_path / launch), max_steps=3, batch_size=1, resume=False, **LOOP)
     job = {
         "model_dir": str(checkpoint),
@@ -97,7 +99,7 @@ def _launched_salvage_ds(tmp_path, launch, checkpoint, states):
         "dev_path": _parquet(states[:2], tmp_path / "dev.parquet"),  # scored at the end (loop.eval_every 0)
         "replay_path": _parquet(states, tmp_path / "replay.parquet"),
         "output_dir": loop.output_dir,
-        "config": SalvageDSJob(algorithm=SALVAGE_DS, loop=loop, prompt=PROMPT).model_dump(mode="json"),
+        "config": SalvageDSJob(algorithm=algorithm, loop=loop, prompt=PROMPT).model_dump(mode="json"),
     }
     return run_launched(launch, "conf/base/accelerate", "rmsweb_kedro.training.salvage_ds", job)
 
@@ -135,16 +137,40 @@ def test_two_processes_train_sft_like_one_and_a_launched_run_resumes(
     ]
 
 
-@pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP, FSDP2
 def test_two_processes_train_salvage_ds_like_one(
-    launch, tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
+    tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
 ):
-    launched = _launched_salvage_ds(tmp_path, launch, released_checkpoint, screenshot_states[:8])
+    launched = _launched_salvage_ds(tmp_path, "cpu_2proc", released_checkpoint, screenshot_states[:8])
     assert launched.step == 3
     assert _losses(launched.history) == pytest.approx(_losses(one_process_salvage_ds.history), rel=TOLERANCE)
     assert [r["train/anchor_tokens"] for r in launched.history] == [
         r["train/anchor_tokens"] for r in one_process_salvage_ds.history
     ]
+
+
+def test_two_processes_resample_disjoint_shards(tmp_path, released_checkpoint, screenshot_states):
+    """FSDP2 (generate a collective, every process in each round) with dynamic sampling: no group is accepted, so
+    every batch runs its 3 rounds on both processes; each process's further rounds draw from its own shard of the
+    pool (``pool[rank::2]``: with one seeded RNG on both, unsharded draws would be the same states), never a state
+    drawn twice in a batch."""
+    import json
+
+    pool = screenshot_states[:8]
+    algorithm = SALVAGE_DS.model_copy(update={"max_rounds": 3})
+    launched = _launched_salvage_ds(tmp_path, "cpu_2proc_fsdp2", released_checkpoint, pool, algorithm)
+    assert launched.step == 3 and all(math.isfinite(r["train/loss"]) for r in launched.history)
+    assert [r["train/rounds"] for r in launched.history] == [3.0, 3.0, 3.0]
+    groups = [
+        json.loads(line) for line in (tmp_path / "cpu_2proc_fsdp2" / "groups.jsonl").read_text().splitlines()
+    ]
+    shards = {rank: {s["state_id"] for s in pool[rank::2]} for rank in (0, 1)}
+    for batch in range(3):
+        rows = [g for g in groups if g["batch"] == batch]
+        assert sorted((g["rank"], g["round"]) for g in rows) == [(r, k) for r in (0, 1) for k in (1, 2, 3)]
+        for rank in (0, 1):
+            mine = [g["state_id"] for g in rows if g["rank"] == rank]
+            assert len(set(mine)) == 3, "a state is drawn once a batch"
+            assert {g["state_id"] for g in rows if g["rank"] == rank and g["round"] > 1} <= shards[rank]
 
 
 def test_fsdp2_on_two_cpu_processes_trains_sft_like_one(

@@ -127,7 +127,7 @@ def test_split_is_by_task_and_stats_count_samples(tiny_states):
     assert stats["train"]["history_steps_cut"] == stats["train"]["history_cut_states"] == 0
     # a history budget of 4 tokens: 'click(k)' (2 tokens) fits, 'type(1, "<item>", submit=true)' (8+) does not,
     # so the second and third state of each task lose their first past step
-    stats = describe_states(train, val, probe, {"prompt": {"history_max_tokens": 4}})
+    stats = describe_states(train, val, probe, dev, {"prompt": {"history_max_tokens": 4}})
     tasks = train["task_id"].n_unique()
     assert stats["train"]["history_steps_cut"] == stats["train"]["history_cut_states"] == 2 * tasks
 

@@ -26,14 +26,14 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def task_file(path: Path, sandbox_task_list) -> list:
-    """Six short tasks, one per site (three train, three val), as a task file in the project's Task rows: source
+    """Six short tasks, one per site (four train, two val), as a task file in the project's Task rows: source
     ``file``, no checker of their own (judge ``none``); the scripted teacher follows their reference steps."""
     picked: dict[str, object] = {}
     for task in sorted(sandbox_task_list, key=lambda t: (t.reference_length or 99, t.id)):
         if task.site != "hotels" and task.site not in picked:
             n = len(picked)
             picked[task.site] = task.model_copy(update={"id": f"mine-{n}", "source": "file", "metadata": {},
-                                                        "split": "train" if n < 3 else "val",
+                                                        "split": "train" if n < 4 else "val",
                                                         "judge": JudgeSpec(kind="none")})  # fmt: skip
     tasks = list(picked.values())
     path.write_text("".join(t.model_dump_json() + "\n" for t in tasks))
@@ -76,7 +76,7 @@ def test_the_recipe_runs_on_a_task_file_judged_by_an_llm_judge(tmp_path, sandbox
                            "loop": {"max_steps": 2, "batch_size": 2, "save_every": 0, "max_seconds": None,
                                     "progress": False},
                            "max_eval_states": 2, "eval_samples": 1, "seeds": [0]},
-            "sft_data": {"probe_fraction": 0.0},  # 3 train tasks: one to train on, one val, one dev
+            "sft_data": {"probe_fraction": 0.0},  # 3 train tasks collected (one of 4 judged failed): one to train on, one val, one dev
             "evaluate": {"policy": {"max_new_tokens": 8}, "bootstrap_resamples": 100,
                          "offline": {"max_states": 4},
                          "online": {"max_tasks": 1, "max_held_out_tasks": 0, "max_steps": 2, "n_envs": 1,
@@ -88,7 +88,7 @@ def test_the_recipe_runs_on_a_task_file_judged_by_an_llm_judge(tmp_path, sandbox
     table = pl.read_parquet(data / "02_intermediate" / "tasks" / "tasks.parquet")
     assert table["id"].to_list() == [t.id for t in tasks] and set(table["source"]) == {"file"}
     log = pl.read_parquet(data / "02_intermediate" / "collect" / "collection_log.parquet")
-    assert set(log["task_id"]) == {t.id for t in tasks[:3]}, "collect takes the train tasks of the file"
+    assert set(log["task_id"]) == {t.id for t in tasks[:4]}, "collect takes the train tasks of the file"
     kinds = {json.loads(t)["verdict"]["judged_by"]["kind"] for t in log["trajectory"]}
     assert kinds == {"webjudge"} and judged_requests > 0
     retried = log.filter(pl.col("task_id") == tasks[1].id)

@@ -37,7 +37,8 @@ negative log-likelihood of the tokens of the reference *action* :math:`y^*_g` (t
 **Dynamic sampling** (DAPO's, Yu et al. 2025, sec. 3.2; verl's ``max_num_gen_batches``): a batch is filled with
 *accepted* groups. A step samples groups for B states (B = ``loop.batch_size``) and, while it holds fewer than B
 accepted groups, samples another round of B states drawn from the pool (states not yet drawn in this batch) until
-B are accepted or ``max_rounds`` rounds are spent. Anchored groups ride along and never count toward B; accepted
+B are accepted or ``max_rounds`` rounds are spent (under several processes each fills its share of B,
+resampling from its own shard of the pool). Anchored groups ride along and never count toward B; accepted
 groups past B (``surplus``) and rejected groups the rule does not anchor are discarded (``train/discarded_groups``,
 ``train/rounds``). A state whose groups were all right in ``saturation_draws`` consecutive draws has been learnt:
 it **leaves the pool** (``train/pool_states``, ``train/saturated_states``). A step that ends with nothing to learn
@@ -665,8 +666,16 @@ class SalvageDSStep:
         return [states[i] for i in order]
 
     def _more_states(self, count: int, drawn: set[str]) -> list[PreparedState]:
-        """``count`` further states for another round: active pool states not drawn in this batch yet."""
-        return self._draw([s for s in self.active_pool() if s.state_id not in drawn], count)
+        """``count`` further states for another round: active states of this process's shard of the pool
+        (``pool[rank::world]``, as a distributed sampler shards a data set) not drawn in this batch yet. Every
+        process draws with the same seeded RNG, so without shards they would resample the same states."""
+        rank, world = (
+            (torch.distributed.get_rank(), torch.distributed.get_world_size())
+            if torch.distributed.is_initialized()
+            else (0, 1)
+        )
+        shard = self.pool[rank::world]
+        return self._draw([s for s in shard if s.state_id not in self.saturated | drawn], count)
 
     def _first_round(self, states: list[PreparedState], wanted: int) -> list[PreparedState]:
         """The loop's states for this batch, saturated ones replaced by active states drawn from the pool."""

@@ -4,7 +4,7 @@ registry, which reuses them namespaced."""
 
 from kedro.pipeline import Node, Pipeline
 
-from rmsweb_kedro.measures import evaluation, reporting
+from rmsweb_kedro.measures import evaluation, figures, reporting
 from rmsweb_kedro.measures import report as evaluation_report
 from rmsweb_kedro.pipelines import bind
 from rmsweb_kedro.pipelines.evaluate import nodes
@@ -156,31 +156,31 @@ def create_pipeline(**kwargs) -> Pipeline:
                     name="evaluation_failure_modes",
                 ),
                 Node(
-                    evaluation_report.plot_success_vs_cost,
+                    figures.plot_success_vs_cost,
                     inputs="model_comparison",
                     outputs="success_vs_cost_plot",
                     name="plot_success_vs_cost",
                 ),
                 Node(
-                    evaluation_report.plot_steps_on_solved,
+                    figures.plot_steps_on_solved,
                     inputs="online_episodes",
                     outputs="steps_on_solved_plot",
                     name="plot_steps_on_solved",
                 ),
                 Node(
-                    evaluation_report.plot_failure_modes,
+                    figures.plot_failure_modes,
                     inputs="evaluation_failure_modes",
                     outputs="failure_modes_by_model_plot",
                     name="plot_failure_modes_by_model",
                 ),
                 Node(
-                    bind(evaluation_report.plot_flips, first="rmsweb", second="sft"),
+                    bind(figures.plot_flips, first="rmsweb", second="sft"),
                     inputs="offline_predictions",
                     outputs="flips_plot",
                     name="plot_flips",
                 ),
                 Node(
-                    evaluation_report.plot_training_curves,
+                    figures.plot_training_curves,
                     inputs=["sft_metrics", "salvage_ds_metrics"],
                     outputs="training_curves_plot",
                     name="plot_training_curves",
