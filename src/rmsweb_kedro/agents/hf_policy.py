@@ -16,6 +16,8 @@ with :func:`actions.parse_reply`, and a reply that does not parse is returned wi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,29 @@ def stop_ids(model, tokenizer) -> set[int]:
     eos = model.generation_config.eos_token_id
     ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
     return {*ids, tokenizer.pad_token_id}
+
+
+@contextmanager
+def root_gathered(model) -> Iterator[None]:
+    """FSDP2's root unit gathered while ``model`` generates: ``generate`` on a PEFT model runs the wrapped model's
+    forward, not the root module's, so the root's pre-forward hook (which gathers its parameters: embeddings, final
+    norm, head) never fires; the layers' own units still gather in their forwards. Anything else (one process, no
+    sharding): nothing to do."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        yield
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        yield
+        return
+    model.unshard()
+    try:
+        yield
+    finally:
+        model.reshard()
 
 
 def sample_replies(
@@ -77,7 +102,7 @@ def sample_replies(
     training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), root_gathered(model):
             out = model.generate(
                 **inputs,
                 **sampling,

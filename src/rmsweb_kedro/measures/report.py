@@ -211,11 +211,9 @@ def pooled_points(
         f"{items} judged for every seed of the seeds' paired differences ({per_seed}); "
         f"{config.bootstrap_resamples} resamples of items and seeds, seed {config.seed}"
     )
-    scale = None if low is None else 100
-    return Measure(
-        float(100 * np.mean(grid)), how, None if low is None else scale * low, None if high is None else scale * high,
-        int(grid.size), SEEDS_INTERVAL,
-    )  # fmt: skip
+    if low is not None:
+        low, high = 100 * low, 100 * high
+    return Measure(float(100 * np.mean(grid)), how, low, high, int(grid.size), SEEDS_INTERVAL)
 
 
 def paired_measures(

@@ -537,12 +537,9 @@ def _run_eval_fn(eval_fn: Callable[[Any], dict[str, float]], model, accelerator)
     process together (each forward gathers the shards; generation is synced, see ``train_loop``)."""
     from accelerate.utils import broadcast_object_list
 
-    from rmsweb_kedro.training.sampling import root_gathered
-
     unwrapped = accelerator.unwrap_model(model)
     if _sharded(accelerator) or accelerator.num_processes == 1:
-        with root_gathered(unwrapped):  # an eval_fn may generate (Salvage-DS's dev split)
-            return eval_fn(unwrapped)
+        return eval_fn(unwrapped)
     metrics = [eval_fn(unwrapped) if accelerator.is_main_process else None]
     broadcast_object_list(metrics, from_process=0)
     return metrics[0]

@@ -346,6 +346,13 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
+def _rank_and_world() -> tuple[int, int]:
+    """This process's rank and the number of processes (0, 1 without torch.distributed)."""
+    if torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
 @dataclass
 class LossParts:
     """The terms of L for one (micro-)batch, already divided by the step's token counts N_o, N_a, N_p and N_k (or,
@@ -647,7 +654,7 @@ class SalvageDSStep:
             return
         import json
 
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        rank, _ = _rank_and_world()
         self.group_log.parent.mkdir(parents=True, exist_ok=True)
         with self.group_log.open("a", encoding="utf-8") as handle:
             handle.writelines(json.dumps(r | {"rank": rank}) + "\n" for r in records)
@@ -669,13 +676,15 @@ class SalvageDSStep:
         """``count`` further states for another round: active states of this process's shard of the pool
         (``pool[rank::world]``, as a distributed sampler shards a data set) not drawn in this batch yet. Every
         process draws with the same seeded RNG, so without shards they would resample the same states."""
-        rank, world = (
-            (torch.distributed.get_rank(), torch.distributed.get_world_size())
-            if torch.distributed.is_initialized()
-            else (0, 1)
-        )
-        shard = self.pool[rank::world]
-        return self._draw([s for s in shard if s.state_id not in self.saturated | drawn], count)
+        rank, world = _rank_and_world()
+        excluded = self.saturated | drawn
+        return self._draw([s for s in self.pool[rank::world] if s.state_id not in excluded], count)
+
+    def _in_step(self, states: list[PreparedState], wanted: int, sharded: bool) -> list[PreparedState]:
+        """``states``, or, when sharded weights make generate a collective and this process has nothing left to
+        draw, ``wanted`` states re-drawn from the whole pool (saturated ones too) so it keeps generating with the
+        others."""
+        return self._draw(self.pool, wanted) if sharded and not states else states
 
     def _first_round(self, states: list[PreparedState], wanted: int) -> list[PreparedState]:
         """The loop's states for this batch, saturated ones replaced by active states drawn from the pool."""
@@ -702,11 +711,7 @@ class SalvageDSStep:
         records: list[dict] = []
         sharded = is_sharded(policy)
         reload_before, started = self.sampler.reload_seconds, time.perf_counter()
-        states = self._first_round(batch["states"], wanted)
-        if (
-            sharded and not states
-        ):  # generate is a collective: a process whose pool is spent re-draws saturated
-            states = self._draw(self.pool, wanted)
+        states = self._in_step(self._first_round(batch["states"], wanted), wanted, sharded)
         drawn = {s.state_id for s in states}
         while self._budget_left() and states:
             rounds += 1
@@ -749,10 +754,8 @@ class SalvageDSStep:
             states = [] if done else self._more_states(wanted, drawn)
             if sharded:  # every process generates until the last one is done: generate is a collective then
                 done = on_every_process(done or not states, policy)
-                if (
-                    not done and not states
-                ):  # this process has nothing left to draw: it re-draws saturated ones
-                    states = self._draw(self.pool, wanted)
+                if not done:
+                    states = self._in_step(states, wanted, sharded)
             if done:
                 break
             drawn |= {s.state_id for s in states}

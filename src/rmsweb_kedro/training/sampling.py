@@ -11,8 +11,6 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -110,19 +108,18 @@ class HFSampler(_Versioned):
         from rmsweb_kedro.agents.hf_policy import sample_replies
 
         self._advance(policy)
-        with root_gathered(policy):
-            return sample_replies(
-                policy,
-                self.processor,
-                [s.row for s in states],
-                self.prompt_config,
-                n,
-                greedy=greedy,
-                temperature=self.p.temperature,
-                top_p=self.p.top_p,
-                max_new_tokens=self.p.max_new_tokens,
-                logprobs=False,  # pi_old comes from the training forward (exactly the ratio's denominator)
-            )
+        return sample_replies(
+            policy,
+            self.processor,
+            [s.row for s in states],
+            self.prompt_config,
+            n,
+            greedy=greedy,
+            temperature=self.p.temperature,
+            top_p=self.p.top_p,
+            max_new_tokens=self.p.max_new_tokens,
+            logprobs=False,  # pi_old comes from the training forward (exactly the ratio's denominator)
+        )
 
     def close(self) -> None:
         pass
@@ -326,23 +323,6 @@ def is_sharded(policy) -> bool:
     import torch.distributed as dist
 
     return bool(getattr(policy, "_is_fsdp_managed_module", False)) and dist.is_initialized()
-
-
-@contextmanager
-def root_gathered(model) -> Iterator[None]:
-    """FSDP2's root unit gathered while generating: ``generate`` on a PEFT model runs the wrapped model's forward,
-    not the root module's, so the root's pre-forward hook (which gathers its parameters: embeddings, final norm,
-    head) never fires; the layers' own units still gather in their forwards. Anything else: nothing to do."""
-    from torch.distributed.fsdp import FSDPModule
-
-    if not isinstance(model, FSDPModule):
-        yield
-        return
-    model.unshard()
-    try:
-        yield
-    finally:
-        model.reshard()
 
 
 def on_every_process(flag: bool, policy) -> bool:

@@ -99,7 +99,7 @@ def split_parts(states: pl.DataFrame, fractions: dict[str, float], seed: int) ->
         count = round(len(tasks) * fraction)
         if fraction > 0 and left >= 2:
             count = max(1, count)
-        if index > 0 or fraction == 0:  # the first part (val) may take every task but one; the others too
+        if index > 0:  # never the last train task (the first part, val, is bounded by its fraction alone)
             count = max(0, min(count, left - 1))
         parts[name] = tasks[start : start + count]
         start += count
