@@ -137,10 +137,11 @@ def test_two_processes_train_sft_like_one_and_a_launched_run_resumes(
     ]
 
 
+@pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP, FSDP2
 def test_two_processes_train_salvage_ds_like_one(
-    tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
+    launch, tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
 ):
-    launched = _launched_salvage_ds(tmp_path, "cpu_2proc", released_checkpoint, screenshot_states[:8])
+    launched = _launched_salvage_ds(tmp_path, launch, released_checkpoint, screenshot_states[:8])
     assert launched.step == 3
     assert _losses(launched.history) == pytest.approx(_losses(one_process_salvage_ds.history), rel=TOLERANCE)
     assert [r["train/anchor_tokens"] for r in launched.history] == [
