@@ -635,6 +635,21 @@ def matches_any(action: Action | None, references: Iterable[Action]) -> bool:
     return any(semantically_equal(action, reference) for reference in references)
 
 
+def polarized_reward(
+    action: Action | None,
+    references: Iterable[Action],
+    r_pos: float = 1.0,
+    r_neg: float = -1.0,
+    r_invalid: float = -1.0,
+) -> float:
+    """The action-semantic polarized reward of a sampled action (Salvage-DS, docs/salvage_ds.md): ``r_pos`` when it
+    does what one of ``references`` does (:func:`matches_any`), ``r_neg`` for any other action, ``r_invalid`` when
+    it did not parse (None); no partial credit. The defaults are ``SalvageDSParams``'."""
+    if action is None:
+        return r_invalid
+    return r_pos if matches_any(action, references) else r_neg
+
+
 def semantically_equal(a: Action | None, b: Action | None, tolerance_px: float = 16.0) -> bool:
     """True when both actions *do* the same thing: same type, same target, same normalised argument."""
     if a is None or b is None:
