@@ -45,26 +45,14 @@ def check(task: Task, session_state: dict[str, list[dict[str, Any]]], final_answ
     if kind == "answer":
         expected = str(config["expected"])
         if final_answer is None:
-            return Verdict(
-                success=False,
-                reason="no final answer was given",
-                judge=JUDGE_NAME,
-                judged_by=JUDGED_BY,
-                details={"expected": expected},
-            )
+            return verdict(False, "no final answer was given", expected=expected)
         success = answer_matches(final_answer, expected)
         reason = (
             "the answer matches"
             if success
             else f"answer {final_answer!r} does not match the expected {expected!r}"
         )
-        return Verdict(
-            success=success,
-            reason=reason,
-            judge=JUDGE_NAME,
-            judged_by=JUDGED_BY,
-            details={"expected": expected, "answer": final_answer},
-        )
+        return verdict(success, reason, expected=expected, answer=final_answer)
     if kind == "record":
         collection, match = config["collection"], config["match"]
         if collection not in collections():
@@ -79,11 +67,10 @@ def check(task: Task, session_state: dict[str, list[dict[str, Any]]], final_answ
             reason = f"no record of {collection} matches {match}; found {records}"
         else:
             reason = f"{collection} is empty"
-        return Verdict(
-            success=success,
-            reason=reason,
-            judge=JUDGE_NAME,
-            judged_by=JUDGED_BY,
-            details={"collection": collection, "match": match},
-        )
+        return verdict(success, reason, collection=collection, match=match)
     raise ValueError(f"task {task.id}: judge.config.checker {kind!r} is neither 'answer' nor 'record'")
+
+
+def verdict(success: bool, reason: str, **details: Any) -> Verdict:
+    """The checker's Verdict: signed with its name and spec, ``details`` what it compared."""
+    return Verdict(success=success, reason=reason, judge=JUDGE_NAME, judged_by=JUDGED_BY, details=details)
