@@ -1,6 +1,6 @@
 """The sandbox's seeded ground truth: the value pools every site draws from (half real words, half made-up) and
-the seeded helpers; each site's own data is built by its package (``Site.data``) and reached with
-:meth:`~rmsweb_kedro.web.sandbox.registry.World.site` (the world of one seed lives with the registry of sites it
+the seeded helpers; each site's own data is built by its package (``Site.data``, a :class:`SiteData`) and reached
+with :meth:`~rmsweb_kedro.web.sandbox.registry.World.site` (the world of one seed lives with the registry of sites it
 draws for).
 
 Everything is a pure function of the seed, so the server, the task generator and the checkers agree without
@@ -10,8 +10,16 @@ sharing state.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from rmsweb_kedro.contracts.seeding import stable_rng
+
+if TYPE_CHECKING:
+    from rmsweb_kedro.web.sandbox.registry import World
+
+T = TypeVar("T")
 
 _SYLLABLES = [
     "ka",
@@ -73,12 +81,62 @@ def slug(text: str) -> str:
     return "-".join(text.lower().split())
 
 
-def search_rank(query: str, names: list[str], seed: object, limit: int = 5) -> list[int]:
-    """Indexes of the (at most ``limit``) names sharing most words with ``query``, in a seeded display order
+def city_item_id(city: str, index: int) -> str:
+    """The id of a city's ``index``-th item (from 0), as the per-city sites number them: ``oslo-2``."""
+    return f"{slug(city)}-{index}"
+
+
+def by_id(per_city: Mapping[str, list[T]], ident: str) -> T | None:
+    """The item whose ``id`` is ``ident`` among every city's items (None when there is none)."""
+    return next((item for items in per_city.values() for item in items if item.id == ident), None)
+
+
+def search_rank(
+    query: str, items: list[T], name: Callable[[T], str], seed: object, limit: int = 5
+) -> list[T]:
+    """The (at most ``limit``) items whose ``name`` shares most words with ``query``, in a seeded display order
     (so the best match is not always first)."""
+    names = [name(item) for item in items]
     words = set(query.lower().split())
-    scored = [(len(words & set(name.lower().split())), i) for i, name in enumerate(names)]
+    scored = [(len(words & set(n.lower().split())), i) for i, n in enumerate(names)]
     best = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], names[s[1]]))[:limit]
     chosen = [i for _, i in best]
     stable_rng("display", seed, query.lower()).shuffle(chosen)
-    return chosen
+    return [items[i] for i in chosen]
+
+
+@dataclass
+class SiteData:
+    """What a site's seeded data (its ``Site.data``, built once per world by ``World.site``) stands on: the world,
+    and the two ways the sites draw their items from its pools. Each city (:meth:`per_city`) or each word and kind
+    (:meth:`per_kind`) draws with a generator of its own, so that its draws never shift another's items."""
+
+    world: World
+
+    def per_city(
+        self, stream: str, pool: str, count: int, draw: Callable[[random.Random, str, int, str], T]
+    ) -> dict[str, list[T]]:
+        """``count`` items for every city of the world, each named after a word of ``pool``:
+        ``draw(rng, city, i, word)`` for the ``i``-th word (from 0; its id :func:`city_item_id`). Each city has its
+        generator, ``stable_rng(stream, seed, city)``, which draws the words and then its items in order."""
+        found = {}
+        for city in self.world.pools["cities"]:
+            rng = stable_rng(stream, self.world.seed, city)
+            words = rng.sample(self.world.pools[pool], count)
+            found[city] = [draw(rng, city, i, word) for i, word in enumerate(words)]
+        return found
+
+    def per_kind(
+        self, stream: str, pool: str, kinds: list[str], draw: Callable[[random.Random, int, str, str], T]
+    ) -> list[T]:
+        """One item for every word of ``pool`` with every kind: ``draw(rng, id, word, kind)``, ids counted from 1,
+        each pair with its own generator ``stable_rng(stream, seed, word, kind)``."""
+        pairs = [(word, kind) for word in self.world.pools[pool] for kind in kinds]
+        return [
+            draw(stable_rng(stream, self.world.seed, word, kind), ident, word, kind)
+            for ident, (word, kind) in enumerate(pairs, start=1)
+        ]
+
+    def city(self, name: str) -> str:
+        """The world's city spelled ``name`` in any case (``name`` itself when there is none)."""
+        return next((city for city in self.world.pools["cities"] if city.lower() == name.lower()), name)

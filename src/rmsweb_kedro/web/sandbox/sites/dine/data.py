@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from functools import cached_property
 
-from rmsweb_kedro.contracts.seeding import stable_rng
-from rmsweb_kedro.web.sandbox.registry import World
-from rmsweb_kedro.web.sandbox.world import slug
+from rmsweb_kedro.web.sandbox.world import SiteData, by_id, city_item_id
 
 EATERY_KINDS = ["Bistro", "Kitchen", "Grill", "Trattoria"]
 CUISINES = ["Thai", "Italian", "Mexican", "Japanese", "Lebanese", "French"]
@@ -25,28 +24,21 @@ class Restaurant:
     rating: float
 
 
-@dataclass
-class DineData:
-    world: World
+def draw_restaurant(rng: random.Random, city: str, i: int, word: str) -> Restaurant:
+    return Restaurant(
+        city_item_id(city, i),
+        f"{word} {rng.choice(EATERY_KINDS)}",
+        city,
+        rng.choice(CUISINES),
+        rng.choice(OPENING_TIMES),
+        rng.randrange(30, 50) / 10,
+    )
 
+
+class DineData(SiteData):
     @cached_property
     def restaurants(self) -> dict[str, list[Restaurant]]:
-        result = {}
-        for city in self.world.pools["cities"]:
-            rng = stable_rng("dine", self.world.seed, city)
-            words = rng.sample(self.world.pools["eateries"], 4)
-            result[city] = [
-                Restaurant(
-                    f"{slug(city)}-{i}",
-                    f"{word} {rng.choice(EATERY_KINDS)}",
-                    city,
-                    rng.choice(CUISINES),
-                    rng.choice(OPENING_TIMES),
-                    rng.randrange(30, 50) / 10,
-                )
-                for i, word in enumerate(words)
-            ]
-        return result
+        return self.per_city("dine", "eateries", 4, draw_restaurant)
 
     def restaurant(self, restaurant_id: str) -> Restaurant | None:
-        return next((r for rs in self.restaurants.values() for r in rs if r.id == restaurant_id), None)
+        return by_id(self.restaurants, restaurant_id)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from rmsweb_kedro.contracts.seeding import stable_rng
-from rmsweb_kedro.web.sandbox.registry import World
+from rmsweb_kedro.web.sandbox.world import SiteData
 
 AIRLINES = ["SK", "LH", "AF", "KL", "ZV"]
 SORT_FLIGHTS = ["Recommended", "Price: low to high", "Departure time"]
@@ -25,10 +25,7 @@ class Flight:
     price: float
 
 
-@dataclass
-class FlightData:
-    world: World
-
+class FlightData(SiteData):
     def flights(self, origin: str, destination: str, date: str) -> list[Flight]:
         """Five flights on a route and date; at least one nonstop, and one cheapest nonstop."""
         rng = stable_rng("flights", self.world.seed, origin.lower(), destination.lower(), date)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from functools import cached_property
 
-from rmsweb_kedro.contracts.seeding import stable_rng
-from rmsweb_kedro.web.sandbox.registry import World
-from rmsweb_kedro.web.sandbox.world import slug
+from rmsweb_kedro.web.sandbox.world import SiteData, by_id, city_item_id
 
 SORT_HOTELS = ["Recommended", "Price: low to high", "Rating"]
 
@@ -21,24 +20,16 @@ class Hotel:
     rating: float
 
 
-@dataclass
-class HotelsData:
-    world: World
+def draw_hotel(rng: random.Random, city: str, i: int, word: str) -> Hotel:
+    return Hotel(
+        city_item_id(city, i), f"Hotel {word}", city, rng.randrange(60, 260), rng.randrange(60, 99) / 10
+    )
 
+
+class HotelsData(SiteData):
     @cached_property
     def hotels(self) -> dict[str, list[Hotel]]:
-        result = {}
-        for city in self.world.pools["cities"]:
-            rng = stable_rng("hotels", self.world.seed, city)
-            words = rng.sample(self.world.pools["hotel_words"], 4)
-            result[city] = [
-                Hotel(
-                    f"{slug(city)}-{i}",
-                    f"Hotel {word}",
-                    city,
-                    rng.randrange(60, 260),
-                    rng.randrange(60, 99) / 10,
-                )
-                for i, word in enumerate(words)
-            ]
-        return result
+        return self.per_city("hotels", "hotel_words", 4, draw_hotel)
+
+    def hotel(self, hotel_id: str) -> Hotel | None:
+        return by_id(self.hotels, hotel_id)

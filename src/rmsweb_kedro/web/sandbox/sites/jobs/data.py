@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from functools import cached_property
 
-from rmsweb_kedro.contracts.seeding import stable_rng
-from rmsweb_kedro.web.sandbox.registry import World
-from rmsweb_kedro.web.sandbox.world import search_rank, slug
+from rmsweb_kedro.web.sandbox.world import SiteData, city_item_id, search_rank
 
 JOB_TITLES = ["Data analyst", "Nurse", "Baker", "Web developer", "Accountant", "Electrician"]
 JOB_TYPES = ["Full-time", "Part-time", "Contract"]
@@ -28,27 +27,24 @@ class Job:
         return f"{self.title} at {self.company}"
 
 
-@dataclass
-class JobsData:
-    world: World
+def draw_job(rng: random.Random, city: str, i: int, company: str) -> Job:
+    return Job(
+        city_item_id(city, i),
+        rng.choice(JOB_TITLES),
+        company,
+        city,
+        rng.choice(JOB_TYPES),
+        rng.randrange(30, 95) * 1000,
+    )
 
+
+class JobsData(SiteData):
     @cached_property
     def jobs(self) -> list[Job]:
-        jobs = []
-        for city in self.world.pools["cities"]:
-            rng = stable_rng("jobs", self.world.seed, city)
-            for i, company in enumerate(rng.sample(self.world.pools["companies"], 6)):
-                jobs.append(
-                    Job(
-                        f"{slug(city)}-{i}",
-                        rng.choice(JOB_TITLES),
-                        company,
-                        city,
-                        rng.choice(JOB_TYPES),
-                        rng.randrange(30, 95) * 1000,
-                    )
-                )
-        return jobs
+        return [job for jobs in self.per_city("jobs", "companies", 6, draw_job).values() for job in jobs]
+
+    def job(self, job_id: str) -> Job | None:
+        return next((j for j in self.jobs if j.id == job_id), None)
 
     def search_jobs(self, keyword: str, location: str, kind: str = "Any") -> list[Job]:
         pool = [
@@ -59,4 +55,4 @@ class JobsData:
         ]
         if not keyword.strip():
             return pool[:5]
-        return [pool[i] for i in search_rank(keyword, [j.title for j in pool], "jobs")]
+        return search_rank(keyword, pool, lambda j: j.title, "jobs")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from functools import cached_property
 
-from rmsweb_kedro.contracts.seeding import stable_rng
-from rmsweb_kedro.web.sandbox.registry import World
-from rmsweb_kedro.web.sandbox.world import search_rank
+from rmsweb_kedro.web.sandbox.world import SiteData, search_rank
 
 DISHES = ["soup", "pie", "tacos", "risotto", "bread", "curry"]
 
@@ -21,26 +20,16 @@ class Recipe:
     calories: int
 
 
-@dataclass
-class RecipesData:
-    world: World
+def draw_recipe(rng: random.Random, ident: int, word: str, dish: str) -> Recipe:
+    return Recipe(
+        ident, f"{word} {dish}", rng.randrange(3, 19) * 5, rng.randrange(2, 7), rng.randrange(18, 90) * 10
+    )
 
+
+class RecipesData(SiteData):
     @cached_property
     def recipes(self) -> list[Recipe]:
-        recipes = []
-        for word in self.world.pools["recipe_words"]:
-            for dish in DISHES:
-                rng = stable_rng("recipe", self.world.seed, word, dish)
-                recipes.append(
-                    Recipe(
-                        len(recipes) + 1,
-                        f"{word} {dish}",
-                        rng.randrange(3, 19) * 5,
-                        rng.randrange(2, 7),
-                        rng.randrange(18, 90) * 10,
-                    )
-                )
-        return recipes
+        return self.per_kind("recipe", "recipe_words", DISHES, draw_recipe)
 
     def search_recipes(self, query: str) -> list[Recipe]:
-        return [self.recipes[i] for i in search_rank(query, [r.name for r in self.recipes], "recipes")]
+        return search_rank(query, self.recipes, lambda r: r.name, "recipes")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from functools import cached_property
 
-from rmsweb_kedro.contracts.seeding import stable_rng
-from rmsweb_kedro.web.sandbox.registry import World
-from rmsweb_kedro.web.sandbox.world import search_rank
+from rmsweb_kedro.web.sandbox.world import SiteData, search_rank
 
 PRODUCT_KINDS = ["scarf", "mug", "lamp", "backpack", "jacket", "kettle"]
 SIZES = ["S", "M", "L"]
@@ -22,28 +21,17 @@ class Product:
     price: float
 
 
-@dataclass
-class ShopData:
-    world: World
+def draw_product(rng: random.Random, ident: int, adjective: str, kind: str) -> Product:
+    return Product(ident, f"{adjective} {kind}", adjective.lower(), rng.randrange(16, 240) / 2)
 
+
+class ShopData(SiteData):
     @cached_property
     def products(self) -> list[Product]:
-        products = []
-        for adjective in self.world.pools["adjectives"]:
-            for kind in PRODUCT_KINDS:
-                rng = stable_rng("product", self.world.seed, adjective, kind)
-                products.append(
-                    Product(
-                        len(products) + 1,
-                        f"{adjective} {kind}",
-                        adjective.lower(),
-                        rng.randrange(16, 240) / 2,
-                    )
-                )
-        return products
+        return self.per_kind("product", "adjectives", PRODUCT_KINDS, draw_product)
 
     def product_by_name(self, name: str) -> Product:
         return next(p for p in self.products if p.name == name)
 
     def search_products(self, query: str) -> list[Product]:
-        return [self.products[i] for i in search_rank(query, [p.name for p in self.products], "shop")]
+        return search_rank(query, self.products, lambda p: p.name, "shop")
