@@ -116,6 +116,19 @@ def done() -> ReferenceStep:
     return make_step("stop", "The task is complete.", status="success")
 
 
+def answer_task(
+    instruction: str, params: dict[str, Any], steps: list[ReferenceStep], value: str, read: str | None = None
+) -> Draft:
+    """An instance whose checker expects the answer ``value``: ``steps``, then :func:`answer` (``read``: where the
+    page shows it)."""
+    return Draft(instruction, params, [*steps, answer(value, read)], expect(value))
+
+
+def named_templates(*templates: Template) -> dict[str, Template]:
+    """A site's ``TEMPLATES``: each template under its function's name (``Task.metadata["template"]``)."""
+    return {template.__name__: template for template in templates}
+
+
 def record(collection: str, **match: Any) -> dict[str, Any]:
     return {"checker": "record", "collection": collection, "match": {k: str(v) for k, v in match.items()}}
 

@@ -9,15 +9,14 @@ from rmsweb_kedro.web.sandbox.sites.dine.data import TABLE_TIMES, DineData, Rest
 from rmsweb_kedro.web.sandbox.steps import (
     Draft,
     Pools,
-    Template,
     accept_cookies,
-    answer,
+    answer_task,
     choose,
     click,
     dead_end_search,
     done,
-    expect,
     first_word_in,
+    named_templates,
     pick,
     record,
     type_in,
@@ -45,11 +44,12 @@ def dine_opening(dine: DineData, rng: random.Random, pools: Pools) -> Draft | No
     restaurant, steps = dine_restaurant(dine, rng, pools)
     if restaurant is None:
         return None
-    return Draft(
+    return answer_task(
         f"At what time does {restaurant.name} in {restaurant.city} open?",
         {"restaurant": restaurant.name, "city": restaurant.city},
-        [*steps, answer(restaurant.opens, r"opens at (\d{1,2}:\d\d)")],
-        expect(restaurant.opens),
+        steps,
+        restaurant.opens,
+        read=r"opens at (\d{1,2}:\d\d)",
     )
 
 
@@ -81,4 +81,4 @@ def dine_reserve(dine: DineData, rng: random.Random, pools: Pools) -> Draft | No
     )
 
 
-TEMPLATES: dict[str, Template] = {"dine_opening": dine_opening, "dine_reserve": dine_reserve}
+TEMPLATES = named_templates(dine_opening, dine_reserve)

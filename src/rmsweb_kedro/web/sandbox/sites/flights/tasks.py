@@ -11,14 +11,14 @@ from rmsweb_kedro.web.sandbox.steps import (
     MONEY,
     Draft,
     Pools,
-    Template,
     accept_cookies,
     answer,
+    answer_task,
     choose,
     done,
-    expect,
     help_detour,
     longer,
+    named_templates,
     person,
     pick,
     record,
@@ -37,9 +37,9 @@ def flight_gate(flights: FlightData, rng: random.Random, pools: Pools) -> Draft:
         make_step("click", "Flight status is on its own page.", "link", "Flight status",
                   decision="dead_end", alternatives=[help_detour()]),
         search("Flight number", number, f"Look up {number}.", button="Check status"),
-        answer(gate, r"from gate (\w+)"),
     ]  # fmt: skip
-    return Draft(f"From which gate does flight {number} depart?", {"flight": number}, steps, expect(gate))
+    return answer_task(f"From which gate does flight {number} depart?", {"flight": number}, steps, gate,
+                       read=r"from gate (\w+)")  # fmt: skip
 
 
 def flight_search(
@@ -72,11 +72,12 @@ def flight_search(
 
 def flight_cheapest(flights: FlightData, rng: random.Random, pools: Pools) -> Draft:
     (origin, destination, date, _, cheapest), steps = flight_search(flights, rng, pools)
-    return Draft(
+    return answer_task(
         f"Find the cheapest nonstop flight from {origin} to {destination} on {date}. What does it cost?",
         {"origin": origin, "destination": destination, "date": date},
-        [*steps, answer(money(cheapest.price), MONEY)],
-        expect(money(cheapest.price)),
+        steps,
+        money(cheapest.price),
+        read=MONEY,
     )
 
 
@@ -105,8 +106,4 @@ def flight_book(flights: FlightData, rng: random.Random, pools: Pools) -> Draft:
     )
 
 
-TEMPLATES: dict[str, Template] = {
-    "flight_gate": flight_gate,
-    "flight_cheapest": flight_cheapest,
-    "flight_book": flight_book,
-}
+TEMPLATES = named_templates(flight_gate, flight_cheapest, flight_book)

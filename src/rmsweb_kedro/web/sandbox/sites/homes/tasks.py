@@ -11,14 +11,13 @@ from rmsweb_kedro.web.sandbox.steps import (
     MONEY,
     Draft,
     Pools,
-    Template,
     accept_cookies,
-    answer,
+    answer_task,
     choose,
     click,
     dead_end_search,
     done,
-    expect,
+    named_templates,
     person,
     pick,
     record,
@@ -69,11 +68,12 @@ def homes_year(homes: HomesData, rng: random.Random, pools: Pools) -> Draft | No
     home, _, steps = open_listing(homes, rng, pools, with_filter=False)
     if home is None:
         return None
-    return Draft(
+    return answer_task(
         f"In which year was the home at {home.address} in {home.city} built?",
         {"address": home.address, "city": home.city},
-        [*steps, answer(str(home.year_built), r"built in (\d{4})")],
-        expect(str(home.year_built)),
+        steps,
+        str(home.year_built),
+        read=r"built in (\d{4})",
     )
 
 
@@ -104,16 +104,13 @@ def homes_cheapest(homes: HomesData, rng: random.Random, pools: Pools) -> Draft 
         return None
     price = money(found[0].price)
     at_least = "any number of bedrooms" if beds == "Any" else f"at least {beds[0]} bedrooms"
-    return Draft(
+    return answer_task(
         f"What is the price of the cheapest home in {city} with {at_least}?",
         {"city": city, "beds": beds},
-        [*steps, answer(price, MONEY)],
-        expect(price),
+        steps,
+        price,
+        read=MONEY,
     )
 
 
-TEMPLATES: dict[str, Template] = {
-    "homes_year": homes_year,
-    "homes_viewing": homes_viewing,
-    "homes_cheapest": homes_cheapest,
-}
+TEMPLATES = named_templates(homes_year, homes_viewing, homes_cheapest)

@@ -8,14 +8,13 @@ from rmsweb_kedro.web.sandbox.sites.hotels.data import SORT_HOTELS, HotelsData
 from rmsweb_kedro.web.sandbox.steps import (
     Draft,
     Pools,
-    Template,
     accept_cookies,
-    answer,
+    answer_task,
     choose,
     click,
     dead_end_search,
     done,
-    expect,
+    named_templates,
     person,
     pick,
     record,
@@ -35,13 +34,13 @@ def hotel_rating(hotels: HotelsData, rng: random.Random, pools: Pools) -> Draft 
         accept_cookies(),
         dead_end_search("City", city, f"Hotels in {city}."),
         pick("link", hotel.name, [h.name for h in hotels.hotels[city]], f"Open {hotel.name}."),
-        answer(str(hotel.rating), r"Rating (\d+(?:\.\d+)?)"),
     ]
-    return Draft(
+    return answer_task(
         f"What is the guest rating of {hotel.name} in {city}?",
         {"hotel": hotel.name, "city": city},
         steps,
-        expect(str(hotel.rating)),
+        str(hotel.rating),
+        read=r"Rating (\d+(?:\.\d+)?)",
     )
 
 
@@ -82,4 +81,4 @@ def hotel_book(hotels: HotelsData, rng: random.Random, pools: Pools) -> Draft:
     )
 
 
-TEMPLATES: dict[str, Template] = {"hotel_rating": hotel_rating, "hotel_book": hotel_book}
+TEMPLATES = named_templates(hotel_rating, hotel_book)

@@ -9,14 +9,13 @@ from rmsweb_kedro.web.sandbox.sites.jobs.data import EXPERIENCE, JOB_TYPES, Job,
 from rmsweb_kedro.web.sandbox.steps import (
     Draft,
     Pools,
-    Template,
     accept_cookies,
-    answer,
+    answer_task,
     choose,
     click,
     done,
-    expect,
     longer,
+    named_templates,
     person,
     pick,
     record,
@@ -62,13 +61,13 @@ def job_salary(jobs: JobsData, rng: random.Random, pools: Pools) -> Draft | None
                 pick_job(jobs, job, job.kind),
             ],
         ),
-        answer(salary, r"(\d[\d,]* USD) a year"),
     ]
-    return Draft(
+    return answer_task(
         f"What is the yearly salary of the {job.title} job at {job.company} in {job.city}?",
         {"job": job.label, "city": job.city},
         steps,
-        expect(salary),
+        salary,
+        read=r"(\d[\d,]* USD) a year",
     )
 
 
@@ -101,4 +100,4 @@ def job_apply(jobs: JobsData, rng: random.Random, pools: Pools) -> Draft | None:
     )
 
 
-TEMPLATES: dict[str, Template] = {"job_salary": job_salary, "job_apply": job_apply}
+TEMPLATES = named_templates(job_salary, job_apply)

@@ -9,12 +9,11 @@ from rmsweb_kedro.web.sandbox.sites.recipes.data import Recipe, RecipesData
 from rmsweb_kedro.web.sandbox.steps import (
     Draft,
     Pools,
-    Template,
     accept_cookies,
-    answer,
+    answer_task,
     dead_end_search,
-    expect,
     first_word_in,
+    named_templates,
     pick,
     search,
 )
@@ -54,11 +53,12 @@ def recipe_fact(recipes: RecipesData, rng: random.Random, pools: Pools) -> Draft
     fact = rng.choice(sorted(RECIPE_QUESTIONS))
     question, attribute, shown = RECIPE_QUESTIONS[fact]
     value = str(getattr(recipe, attribute))
-    return Draft(
+    return answer_task(
         question.format(name=recipe.name),
         {"recipe": recipe.name, "fact": fact},
-        [accept_cookies(), *steps, answer(value, shown)],
-        expect(value),
+        [accept_cookies(), *steps],
+        value,
+        read=shown,
     )
 
 
@@ -68,12 +68,12 @@ def recipe_compare(recipes: RecipesData, rng: random.Random, pools: Pools) -> Dr
     if first.calories == second.calories or first.name == second.name:
         return None
     lighter = min(first, second, key=lambda r: r.calories)
-    return Draft(
+    return answer_task(
         f"Which has fewer calories per serving, the {first.name} or the {second.name}? Answer with its name.",
         {"first": first.name, "second": second.name},
-        [accept_cookies(), *steps_a, *steps_b, answer(lighter.name)],  # compared across two pages: fixed
-        expect(lighter.name),
+        [accept_cookies(), *steps_a, *steps_b],
+        lighter.name,  # compared across two pages: a fixed answer, not read off one
     )
 
 
-TEMPLATES: dict[str, Template] = {"recipe_fact": recipe_fact, "recipe_compare": recipe_compare}
+TEMPLATES = named_templates(recipe_fact, recipe_compare)

@@ -11,14 +11,13 @@ from rmsweb_kedro.web.sandbox.steps import (
     MONEY,
     Draft,
     Pools,
-    Template,
     accept_cookies,
-    answer,
+    answer_task,
     choose,
     click,
     dead_end_search,
     done,
-    expect,
+    named_templates,
     person,
     pick,
     record,
@@ -44,11 +43,12 @@ def shop_product(shop: ShopData, rng: random.Random, pools: Pools) -> tuple[Prod
 
 def shop_price(shop: ShopData, rng: random.Random, pools: Pools) -> Draft:
     product, steps = shop_product(shop, rng, pools)
-    return Draft(
+    return answer_task(
         f"What is the price of the {product.name} on Shopwell?",
         {"product": product.name},
-        [*steps, answer(money(product.price), "Price: " + MONEY)],
-        expect(money(product.price)),
+        steps,
+        money(product.price),
+        read="Price: " + MONEY,
     )
 
 
@@ -100,4 +100,4 @@ def shop_order(shop: ShopData, rng: random.Random, pools: Pools) -> Draft:
     )
 
 
-TEMPLATES: dict[str, Template] = {"shop_price": shop_price, "shop_cart": shop_cart, "shop_order": shop_order}
+TEMPLATES = named_templates(shop_price, shop_cart, shop_order)
