@@ -10,13 +10,16 @@ under path mode) so both ways of reaching a site work.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from rmsweb_kedro.web.page_scripts import load_script
 
 State = dict[str, list[dict[str, str]]]
 esc = html.escape
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,6 +46,12 @@ class Response:
     body: str = ""
     location: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+
+
+#: A route handler: ``handler(data, request, state, *groups)`` (registry.Route).
+Handler = Callable[..., Response]
+#: What draws a page around its ``main``: :func:`page`, or a site's own frame over it (the shop's adds a Cart link).
+Frame = Callable[[Request, str, str], Response]
 
 
 _STYLE = (
@@ -88,15 +97,25 @@ def redirect(location: str) -> Response:
     return Response(status=303, location=location)
 
 
+def notice(req: Request, title: str, heading: str, text: str, frame: Frame = page) -> Response:
+    """A page that only tells something, a heading and one paragraph: a form's confirmation or error, Help, 404."""
+    return frame(req, title, f"<h1>{heading}</h1><p>{text}</p>")
+
+
+def notice_page(title: str, heading: str, text: str, frame: Frame = page) -> Handler:
+    """The route handler of one :func:`notice`: the page a form redirects to once it is done."""
+    return lambda data, req, state: notice(req, title, heading, text, frame)
+
+
 def not_found(req: Request) -> Response:
-    response = page(req, "Not found", "<h1>Page not found</h1><p>The page you asked for does not exist.</p>")
+    response = notice(req, "Not found", "Page not found", "The page you asked for does not exist.")
     response.status = 404
     return response
 
 
 def help_page(req: Request) -> Response:
     """Every site's ``/help``: a dead end (the reference solutions' ``dead_end`` alternative)."""
-    return page(req, "Help", "<h1>Help</h1><p>Questions? Write to our support team.</p>")
+    return notice(req, "Help", "Help", "Questions? Write to our support team.")
 
 
 def field_input(label: str, name: str, value: str = "", kind: str = "text") -> str:
@@ -124,3 +143,9 @@ def item_list(items: list[tuple[str, str, str]]) -> str:
     """A result list: (href, link text, fact after the link)."""
     rows = "".join(f'<li><a href="{h}">{esc(t)}</a> <span>{esc(f)}</span></li>' for h, t, f in items)
     return f"<ul>{rows}</ul>"
+
+
+def sort_by(items: list[T], chosen: str, keys: Mapping[str, Callable[[T], Any]]) -> list[T]:
+    """``items`` in the order a sort control's ``chosen`` option asks for (``keys``: the sort key of each option
+    that reorders; any other option keeps the items' own order)."""
+    return sorted(items, key=keys[chosen]) if chosen in keys else items

@@ -16,7 +16,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rmsweb_kedro.contracts.seeding import stable_rng
-from rmsweb_kedro.web.sandbox.pages import Request, Response, State, help_page, not_found
+from rmsweb_kedro.web.sandbox.pages import Handler, Request, Response, State, help_page, not_found
 from rmsweb_kedro.web.sandbox.world import DATES, REAL_WORDS, made_up_words
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class Route:
     whole path matches ``pattern`` (a regular expression; its groups become arguments) with one of ``methods``."""
 
     pattern: str
-    handler: Callable[..., Response]
+    handler: Handler
     methods: tuple[str, ...] = ("GET", "POST")
 
 

@@ -13,6 +13,8 @@ from rmsweb_kedro.web.sandbox.pages import (
     hidden,
     item_list,
     not_found,
+    notice,
+    notice_page,
     page,
     redirect,
 )
@@ -27,7 +29,7 @@ def home(data: DineData, req: Request, state: State) -> Response:
 
 def restaurants(data: DineData, req: Request, state: State) -> Response:
     city = req.arg("city").strip()
-    found = next((v for k, v in data.restaurants.items() if k.lower() == city.lower()), [])
+    found = data.restaurants.get(data.city(city), [])
     listing = item_list([(req.url(f"/restaurant/{r.id}"), r.name, r.cuisine) for r in found])
     return page(
         req,
@@ -60,7 +62,7 @@ def restaurant(data: DineData, req: Request, state: State, restaurant_id: str) -
 def reserve(data: DineData, req: Request, state: State) -> Response:
     found = data.restaurant(req.arg("rid"))
     if found is None or not req.arg("date"):
-        return page(req, "Reserve", "<h1>Reservation failed</h1><p>Please choose a date.</p>")
+        return notice(req, "Reserve", "Reservation failed", "Please choose a date.")
     state["reservations"].append(
         {"restaurant": found.name, "city": found.city, "date": req.arg("date"),
          "time": req.arg("time"), "party": req.arg("party")}
@@ -68,14 +70,10 @@ def reserve(data: DineData, req: Request, state: State) -> Response:
     return redirect(req.url("/reserved"))
 
 
-def reserved(data: DineData, req: Request, state: State) -> Response:
-    return page(req, "Reserved", "<h1>Reservation confirmed</h1><p>See you soon.</p>")
-
-
 ROUTES = (
     Route("/", home),
     Route("/restaurants", restaurants),
     Route(r"/restaurant/([\w-]+)", restaurant),
     Route("/reserve", reserve, ("POST",)),
-    Route("/reserved", reserved),
+    Route("/reserved", notice_page("Reserved", "Reservation confirmed", "See you soon.")),
 )

@@ -14,8 +14,11 @@ from rmsweb_kedro.web.sandbox.pages import (
     inline_script,
     money,
     not_found,
+    notice,
+    notice_page,
     page,
     redirect,
+    sort_by,
 )
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.flights.data import SORT_FLIGHTS, FlightData
@@ -40,15 +43,12 @@ def home(data: FlightData, req: Request, state: State) -> Response:
 def results(data: FlightData, req: Request, state: State) -> Response:
     route = route_of(req)
     if not all(route.values()):
-        return page(req, "Results", "<h1>Results</h1><p>Please enter origin, destination and date.</p>")
+        return notice(req, "Results", "Results", "Please enter origin, destination and date.")
     sort, nonstop = req.arg("sort", SORT_FLIGHTS[0]), req.arg("nonstop") == "1"
     found = data.flights(route["from"], route["to"], route["date"])
     if nonstop:
         found = [f for f in found if f.stops == 0]
-    if sort == SORT_FLIGHTS[1]:
-        found.sort(key=lambda f: f.price)
-    elif sort == SORT_FLIGHTS[2]:
-        found.sort(key=lambda f: f.departs)
+    found = sort_by(found, sort, {SORT_FLIGHTS[1]: lambda f: f.price, SORT_FLIGHTS[2]: lambda f: f.departs})
     tick = " checked" if nonstop else ""
     controls = form(
         req.url("/results"),
@@ -102,10 +102,6 @@ def book(data: FlightData, req: Request, state: State) -> Response:
     )
 
 
-def booked(data: FlightData, req: Request, state: State) -> Response:
-    return page(req, "Booked", "<h1>Booking confirmed</h1><p>Have a good trip.</p>")
-
-
 def status(data: FlightData, req: Request, state: State) -> Response:
     number = req.arg("flight")
     inner = field_input("Flight number", "flight", number) + "<button>Check status</button>"
@@ -124,6 +120,6 @@ ROUTES = (
     Route("/", home),
     Route("/results", results),
     Route("/book", book),
-    Route("/booked", booked),
+    Route("/booked", notice_page("Booked", "Booking confirmed", "Have a good trip.")),
     Route("/status", status),
 )

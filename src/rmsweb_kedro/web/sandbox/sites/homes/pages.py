@@ -14,6 +14,8 @@ from rmsweb_kedro.web.sandbox.pages import (
     item_list,
     money,
     not_found,
+    notice,
+    notice_page,
     page,
     redirect,
 )
@@ -31,8 +33,7 @@ def home(data: HomesData, req: Request, state: State) -> Response:
 
 
 def listings(data: HomesData, req: Request, state: State) -> Response:
-    city, beds = req.arg("city").strip(), req.arg("beds", "Any")
-    city = next((c for c in data.listings if c.lower() == city.lower()), city)
+    city, beds = data.city(req.arg("city").strip()), req.arg("beds", "Any")
     found = data.search_listings(city, 0 if beds == "Any" else int(beds.rstrip("+") or 0))
     number = max(1, int(req.arg("page", "1")) if req.arg("page", "1").isdigit() else 1)
     shown = found[(number - 1) * HOMES_PER_PAGE : number * HOMES_PER_PAGE]
@@ -65,15 +66,11 @@ def listing(data: HomesData, req: Request, state: State, listing_id: str) -> Res
 def request_viewing(data: HomesData, req: Request, state: State) -> Response:
     home = data.listing(req.arg("lid"))
     if home is None or not (req.arg("name").strip() and req.arg("date")):
-        return page(req, "Viewing", "<h1>Request failed</h1><p>Please give your name and a date.</p>")
+        return notice(req, "Viewing", "Request failed", "Please give your name and a date.")
     state["viewings"].append(
         {"address": home.address, "city": home.city, "name": req.arg("name").strip(), "date": req.arg("date")}
     )
     return redirect(req.url("/viewing/done"))
-
-
-def viewing_done(data: HomesData, req: Request, state: State) -> Response:
-    return page(req, "Requested", "<h1>Viewing requested</h1><p>The agent will confirm by email.</p>")
 
 
 ROUTES = (
@@ -81,5 +78,5 @@ ROUTES = (
     Route("/listings", listings),
     Route(r"/listing/([\w-]+)", listing),
     Route("/viewing", request_viewing, ("POST",)),
-    Route("/viewing/done", viewing_done),
+    Route("/viewing/done", notice_page("Requested", "Viewing requested", "The agent will confirm by email.")),
 )

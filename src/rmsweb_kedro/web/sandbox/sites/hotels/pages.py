@@ -14,8 +14,10 @@ from rmsweb_kedro.web.sandbox.pages import (
     item_list,
     money,
     not_found,
+    notice_page,
     page,
     redirect,
+    sort_by,
 )
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.hotels.data import SORT_HOTELS, HotelsData
@@ -39,11 +41,8 @@ def home(data: HotelsData, req: Request, state: State) -> Response:
 def search(data: HotelsData, req: Request, state: State) -> Response:
     stay = stay_of(req)
     city, sort = req.arg("city").strip(), req.arg("sort", SORT_HOTELS[0])
-    found = list(next((v for k, v in data.hotels.items() if k.lower() == city.lower()), []))
-    if sort == SORT_HOTELS[1]:
-        found.sort(key=lambda h: h.price)
-    elif sort == SORT_HOTELS[2]:
-        found.sort(key=lambda h: -h.rating)
+    sort_keys = {SORT_HOTELS[1]: lambda h: h.price, SORT_HOTELS[2]: lambda h: -h.rating}
+    found = sort_by(data.hotels.get(data.city(city), []), sort, sort_keys)
     controls = form(
         req.url("/hotels"),
         hidden(city=city, **stay) + field_select("Sort by", "sort", SORT_HOTELS, sort, True),
@@ -62,7 +61,7 @@ def search(data: HotelsData, req: Request, state: State) -> Response:
 def hotel_or_book(data: HotelsData, req: Request, state: State, view: str, hotel_id: str) -> Response:
     """``/hotel/<id>``: the hotel; ``/book/<id>``: the booking form (a POST with name, e-mail and check-in books)."""
     stay = stay_of(req)
-    hotel = next((h for hs in data.hotels.values() for h in hs if h.id == hotel_id), None)
+    hotel = data.hotel(hotel_id)
     if hotel is None:
         return not_found(req)
     if view == "hotel":
@@ -88,13 +87,9 @@ def hotel_or_book(data: HotelsData, req: Request, state: State, view: str, hotel
     )
 
 
-def booked(data: HotelsData, req: Request, state: State) -> Response:
-    return page(req, "Booked", "<h1>Booking confirmed</h1><p>Enjoy your stay.</p>")
-
-
 ROUTES = (
     Route("/", home),
     Route("/hotels", search),
     Route(r"/(hotel|book)/([\w-]+)", hotel_or_book),
-    Route("/booked", booked),
+    Route("/booked", notice_page("Booked", "Booking confirmed", "Enjoy your stay.")),
 )

@@ -13,6 +13,7 @@ from rmsweb_kedro.web.sandbox.pages import (
     hidden,
     item_list,
     not_found,
+    notice_page,
     page,
     redirect,
 )
@@ -38,7 +39,7 @@ def search(data: JobsData, req: Request, state: State) -> Response:
 
 def job_or_apply(data: JobsData, req: Request, state: State, view: str, job_id: str) -> Response:
     """``/job/<id>``: the opening; ``/apply/<id>``: its application form (a POST with name and e-mail applies)."""
-    job = next((j for j in data.jobs if j.id == job_id), None)
+    job = data.job(job_id)
     if job is None:
         return not_found(req)
     if view == "job":
@@ -64,13 +65,9 @@ def job_or_apply(data: JobsData, req: Request, state: State, view: str, job_id: 
     )
 
 
-def applied(data: JobsData, req: Request, state: State) -> Response:
-    return page(req, "Applied", "<h1>Application sent</h1><p>Good luck!</p>")
-
-
 ROUTES = (
     Route("/", home),
     Route("/jobs", search),
     Route(r"/(job|apply)/([\w-]+)", job_or_apply),
-    Route("/applied", applied),
+    Route("/applied", notice_page("Applied", "Application sent", "Good luck!")),
 )

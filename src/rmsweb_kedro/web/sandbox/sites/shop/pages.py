@@ -14,8 +14,11 @@ from rmsweb_kedro.web.sandbox.pages import (
     item_list,
     money,
     not_found,
+    notice,
+    notice_page,
     page,
     redirect,
+    sort_by,
 )
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.shop.data import SIZES, SORT_SHOP, ShopData
@@ -33,11 +36,8 @@ def home(data: ShopData, req: Request, state: State) -> Response:
 
 def search(data: ShopData, req: Request, state: State) -> Response:
     query, sort = req.arg("q"), req.arg("sort", SORT_SHOP[0])
-    products = data.search_products(query)
-    if sort == SORT_SHOP[1]:
-        products.sort(key=lambda p: p.price)
-    elif sort == SORT_SHOP[2]:
-        products.sort(key=lambda p: -p.price)
+    sort_keys = {SORT_SHOP[1]: lambda p: p.price, SORT_SHOP[2]: lambda p: -p.price}
+    products = sort_by(data.search_products(query), sort, sort_keys)
     controls = form(
         req.url("/search"), hidden(q=query) + field_select("Sort by", "sort", SORT_SHOP, sort, True)
     )
@@ -91,14 +91,10 @@ def checkout(data: ShopData, req: Request, state: State) -> Response:
 def place_order(data: ShopData, req: Request, state: State) -> Response:
     name, address = req.arg("name").strip(), req.arg("address").strip()
     if not (name and address and state["cart"]):
-        return render(req, "Checkout", "<h1>Checkout</h1><p>Please fill in every field.</p>")
+        return notice(req, "Checkout", "Checkout", "Please fill in every field.", render)
     state["orders"] += [{**item, "name": name, "address": address} for item in state["cart"]]
     state["cart"].clear()
     return redirect(req.url("/order/done"))
-
-
-def order_done(data: ShopData, req: Request, state: State) -> Response:
-    return render(req, "Thank you", "<h1>Thank you</h1><p>Your order has been placed.</p>")
 
 
 ROUTES = (
@@ -109,5 +105,5 @@ ROUTES = (
     Route("/cart", cart),
     Route("/checkout", checkout),
     Route("/order", place_order, ("POST",)),
-    Route("/order/done", order_done),
+    Route("/order/done", notice_page("Thank you", "Thank you", "Your order has been placed.", render)),
 )
