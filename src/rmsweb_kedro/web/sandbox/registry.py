@@ -2,7 +2,9 @@
 
 A site package holds its seeded data, its route table and pages, its task templates (with their reference
 solutions) and the session-state collections its checker reads; adding a folder adds a site (docs/sandbox.md,
-"Adding a site"). Discovery imports the packages once and orders them by ``Site.order``.
+"Adding a site"). A package split into ``data.py``, ``pages.py`` and ``tasks.py``, as the seven sites are, states
+only what is its own: ``SITE = Site.from_package(__name__, title, order=..., data=...)``. Discovery imports the
+packages once and orders them by ``Site.order``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,33 @@ class Site:
     collections: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Words the made-up half of the world's value pools must not coincide with (e.g. the shop's product kinds).
     reserved_words: tuple[str, ...] = ()
+
+    @classmethod
+    def from_package(
+        cls,
+        package: str,
+        title: str,
+        *,
+        order: int,
+        data: Callable[[World], Any],
+        reserved_words: tuple[str, ...] = (),
+    ) -> Site:
+        """The ``SITE`` of a package split as the sites are, into ``data.py``, ``pages.py`` and ``tasks.py``: its
+        ``name`` is the package's folder, its ``routes`` and ``collections`` are ``pages.ROUTES`` and
+        ``pages.COLLECTIONS`` (the state those pages' forms write; none when they write none), its ``templates``
+        are ``tasks.TEMPLATES``. Call it from the package's ``__init__``: ``SITE = Site.from_package(__name__, ...)``."""
+        pages = importlib.import_module(f"{package}.pages")
+        tasks = importlib.import_module(f"{package}.tasks")
+        return cls(
+            name=package.rpartition(".")[2],
+            title=title,
+            order=order,
+            data=data,
+            routes=pages.ROUTES,
+            templates=tasks.TEMPLATES,
+            collections=getattr(pages, "COLLECTIONS", {}),
+            reserved_words=reserved_words,
+        )
 
     def handle(self, data: Any, req: Request, state: State) -> Response:
         """The response of the first route that takes the request."""

@@ -21,6 +21,8 @@ from rmsweb_kedro.web.sandbox.pages import (
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.dine.data import TABLE_TIMES, DineData
 
+COLLECTIONS = {"reservations": ("restaurant", "city", "date", "time", "party")}
+
 
 def home(data: DineData, req: Request, state: State) -> Response:
     inner = field_input("City", "city") + "<button>Search</button>"

@@ -23,6 +23,8 @@ from rmsweb_kedro.web.sandbox.pages import (
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.flights.data import SORT_FLIGHTS, FlightData
 
+COLLECTIONS = {"flight_bookings": ("flight", "origin", "destination", "date", "passenger")}
+
 
 def route_of(req: Request) -> dict[str, str]:
     return {"from": req.arg("from"), "to": req.arg("to"), "date": req.arg("date")}

@@ -22,6 +22,8 @@ from rmsweb_kedro.web.sandbox.pages import (
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.homes.data import BEDROOM_FILTERS, HOMES_PER_PAGE, HomesData
 
+COLLECTIONS = {"viewings": ("address", "city", "name", "date")}
+
 
 def home(data: HomesData, req: Request, state: State) -> Response:
     inner = (

@@ -22,6 +22,8 @@ from rmsweb_kedro.web.sandbox.pages import (
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.hotels.data import SORT_HOTELS, HotelsData
 
+COLLECTIONS = {"hotel_bookings": ("hotel", "city", "checkin", "nights", "guests", "name", "email")}
+
 
 def stay_of(req: Request) -> dict[str, str]:
     return {k: req.arg(k) for k in ("checkin", "nights", "guests")}

@@ -20,6 +20,8 @@ from rmsweb_kedro.web.sandbox.pages import (
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.jobs.data import EXPERIENCE, JOB_TYPES, JobsData
 
+COLLECTIONS = {"applications": ("job", "city", "name", "email", "experience")}
+
 
 def home(data: JobsData, req: Request, state: State) -> Response:
     inner = field_input("Keyword", "kw") + field_input("Location", "loc") + "<button>Search</button>"

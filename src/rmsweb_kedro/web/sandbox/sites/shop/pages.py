@@ -23,6 +23,8 @@ from rmsweb_kedro.web.sandbox.pages import (
 from rmsweb_kedro.web.sandbox.registry import Route
 from rmsweb_kedro.web.sandbox.sites.shop.data import SIZES, SORT_SHOP, ShopData
 
+COLLECTIONS = {"cart": ("product", "size", "qty"), "orders": ("product", "size", "qty", "name", "address")}
+
 
 def render(req: Request, title: str, main: str) -> Response:
     """A shop page: its header links to the cart."""
