@@ -54,6 +54,32 @@ def test_every_site_folder_is_a_registered_site_with_every_part(sandbox_task_lis
     assert list(templates()) == [name for site in all_sites().values() for name in site.templates]
 
 
+def test_a_split_site_package_states_only_what_is_its_own() -> None:
+    """Site.from_package: the name is the folder's, routes and collections its pages', templates its tasks'."""
+    from rmsweb_kedro.web.sandbox.sites.shop import pages, tasks
+
+    shop = all_sites()["shop"]
+    assert (shop.name, shop.routes, shop.collections, shop.templates) == (
+        "shop",
+        pages.ROUTES,
+        pages.COLLECTIONS,
+        tasks.TEMPLATES,
+    )
+    assert list(shop.templates) == ["shop_price", "shop_cart", "shop_order"]  # each under its function's name
+    assert all_sites()["recipes"].collections == {}  # its pages write no state
+
+
+def test_a_city_draws_its_items_alone() -> None:
+    """SiteData.per_city: a city's items come from its own generator, whichever other cities the world has."""
+    from rmsweb_kedro.web.sandbox.sites.dine.data import DineData
+
+    world = World(0)
+    everywhere = DineData(world).restaurants
+    world.pools["cities"] = world.pools["cities"][::-2]
+    alone = DineData(world).restaurants
+    assert len(alone) == len(everywhere) // 2 and all(alone[city] == everywhere[city] for city in alone)
+
+
 @pytest.fixture
 def kiosk_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     """docs/sandbox.md's example site written as a folder next to the others (the registry rescans)."""
