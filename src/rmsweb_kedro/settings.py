@@ -1,20 +1,25 @@
 """Project settings: the config loader soft-merges parameters so ``--params a.b=1`` or an environment's file changes
 one key, and resolves ``${merge:a, b, ...}`` (the ablation variants' parameters, conf/base/parameters_ablations.yml)
-after base and the run's environment are merged; the tracking hooks (``hooks.py``) wrap kedro-mlflow, whose own
-auto-registered hook is disabled; the shutdown hooks stop what a run started when it is signalled."""
+after base and the run's environment are merged; the run's hooks (``runs/hooks/``: credentials, provenance, MLflow
+through kedro-mlflow, whose own auto-registered hook is disabled, and shutdown on a signal) are registered side by
+side."""
 
 import os
 from typing import Any
 
 from kedro.config import OmegaConfigLoader
 
-from rmsweb_kedro.hooks import ShutdownHooks, TrackingHooks
+from rmsweb_kedro.datasets.checkpoint import CheckpointDataset
+from rmsweb_kedro.runs.hooks import CredentialsHooks, MlflowTrackingHooks, ProvenanceHooks, ShutdownHooks
 
 # MLflow 3 refuses its file store (mlruns/) unless this is set; conf/base/mlflow.yml says why we keep it.
 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
-HOOKS = (ShutdownHooks(), TrackingHooks())
-# TrackingHooks calls kedro-mlflow's MlflowHook itself, only when tracking is on.
+_provenance = ProvenanceHooks(checkpoint_types=(CheckpointDataset,))
+# Kedro calls hooks last registered first: at every hook point, credentials, then provenance, then MLflow (which
+# reads provenance's manifest: runs/hooks/__init__.py), then shutdown.
+HOOKS = (ShutdownHooks(), MlflowTrackingHooks(_provenance), _provenance, CredentialsHooks())
+# MlflowTrackingHooks calls kedro-mlflow's MlflowHook itself, only when tracking is on.
 DISABLE_HOOKS_FOR_PLUGINS = ("kedro_mlflow",)
 
 

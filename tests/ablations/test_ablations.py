@@ -190,7 +190,7 @@ def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default
     assert set(train.values()) == {original}
     # Inputs from outside: only the default run's datasets and parameters.
     outside = {i for i in ablations.inputs() if not i.startswith("params:")}
-    # run_manifest and endpoint_credentials: filled by the tracking hook (hooks.py) for every run.
+    # run_manifest and endpoint_credentials: filled by the run's hooks (runs/hooks/) for every run.
     hooked = {"run_manifest", "endpoint_credentials"}
     assert outside <= set(pipelines["__default__"].all_outputs()) | hooked
 

@@ -195,7 +195,7 @@ def test_openai_teacher_drives_a_sandbox_episode(
 ):
     """The endpoint teacher in a real browser episode: every reply is recorded; the untrained model's unparseable
     replies end the attempt as a model error, judged by the checker as a failure."""
-    from rmsweb_kedro.episodes.episode import run_episode
+    from rmsweb_kedro.episodes.episode import EpisodeSettings, run_episode
     from rmsweb_kedro.judges.sandbox import SandboxJudge
 
     chat_server.faults = {}
@@ -207,7 +207,7 @@ def test_openai_teacher_drives_a_sandbox_episode(
         OpenAITeacher(endpoint(chat_server)),
         SandboxJudge(sandbox_server.session_state),
         max_steps=5,
-        max_unparsed=2,
+        settings=EpisodeSettings(max_unparsed=2),
         screenshot_dir=tmp_path / "a1",
         relative_to=tmp_path,
     )

@@ -1,4 +1,4 @@
-"""``python -m rmsweb_kedro.runs.compare``: two runs logged the way the tracking hook logs ``model_comparison``
+"""``python -m rmsweb_kedro.runs.compare``: two runs logged the way the MLflow hook logs ``model_comparison``
 (``tracking.dataset_metrics``), printed side by side with the parameter that separates them."""
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import pytest
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.contracts.actions import Action, ActionType
 from rmsweb_kedro.contracts.schema import JudgedBy, tasks_to_frame
-from rmsweb_kedro.hooks import TrackingHooks
 from rmsweb_kedro.pipelines.evaluate import nodes
+from rmsweb_kedro.runs.hooks import ProvenanceHooks
 from rmsweb_kedro.runs.provenance import start_manifest
 from tests.fixtures_web import chromium_available
 
@@ -47,7 +47,7 @@ def test_every_verdict_row_has_a_judge_spec_and_the_manifest_lists_it(sandbox_ta
     specs = [JudgedBy.model_validate_json(spec) for spec in judged["judged_by"]]
     for spec in specs:
         assert spec.kind == "sandbox_checker" and spec.protocol and spec.prompt_source == "none"
-    hooks = TrackingHooks()
-    hooks._manifest = start_manifest(tmp_path, {}, "kedro run --pipelines evaluate", ["evaluate"])
-    hooks._record_judges(episodes)
-    assert [json.loads(j) for j in hooks._manifest.judges] == [specs[0].model_dump(mode="json")]
+    hooks = ProvenanceHooks()
+    hooks.manifest = start_manifest(tmp_path, {}, "kedro run --pipelines evaluate", ["evaluate"])
+    hooks.after_dataset_saved("online_episodes", episodes)  # as Kedro calls it when the node saves the table
+    assert [json.loads(j) for j in hooks.manifest.judges] == [specs[0].model_dump(mode="json")]

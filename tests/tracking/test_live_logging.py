@@ -1,7 +1,7 @@
 """The training loop's live step metrics under ``accelerate launch`` (two processes, gloo on CPU:
 conf/base/accelerate/cpu_2proc.yaml): the launched processes inherit the tracked run from the environment (as the
-tracking hook exports it) and only the main process logs, so each optimizer step appears once in MLflow, equal to
-the run's history.jsonl."""
+MLflow hook, runs/hooks/mlflow_tracking.py, exports it) and only the main process logs, so each optimizer step
+appears once in MLflow, equal to the run's history.jsonl."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.contracts.actions import Action, ActionType
 from rmsweb_kedro.contracts.schema import Task, trajectory_row
 from rmsweb_kedro.episodes.collection import CollectParams, collection_log, summarize
-from rmsweb_kedro.episodes.episode import run_episode
+from rmsweb_kedro.episodes.episode import EpisodeSettings, run_episode
 from rmsweb_kedro.measures.evaluation import EPISODE_SCHEMA, success_summary
 from rmsweb_kedro.web.browser import BrowserConfig, BrowserEnv, block_kind, registrable_domain
 from tests.fixtures_web import OnItsThread, chromium_available
@@ -266,7 +266,10 @@ def test_refusing_pages_end_the_episode_blocked_not_failed(env):
         (task("/"), GoTo(f"{SHOP}/busy"), "http_429"),  # blocked after the agent's step
         (task("/account"), GoTo(), "login_wall"),  # redirected to a sign-in form
     ]
-    runs = [run_episode(env, t, agent, judge, max_steps=3, block_retries=1) for t, agent, _ in cases]
+    runs = [
+        run_episode(env, t, agent, judge, max_steps=3, settings=EpisodeSettings(block_retries=1))
+        for t, agent, _ in cases
+    ]
     for run, (_, _, kind) in zip(runs, cases, strict=True):
         assert (run.termination, run.metadata["blocked"], run.success, run.verdict) == (
             "blocked",
@@ -311,10 +314,14 @@ def test_a_block_met_after_a_click_ends_the_episode_as_one_at_the_start(env):
         ("Offers", "http_429"),  # a new tab whose empty 429 Chromium replaces with its own error page
     ]
     runs = [
-        run_episode(env, task("/products"), Click(name), judge, max_steps=3, block_retries=2)
+        run_episode(
+            env, task("/products"), Click(name), judge, max_steps=3, settings=EpisodeSettings(block_retries=2)
+        )
         for name, _ in cases
     ]
-    start = run_episode(env, task("/challenge"), GoTo(), judge, max_steps=3, block_retries=2)
+    start = run_episode(
+        env, task("/challenge"), GoTo(), judge, max_steps=3, settings=EpisodeSettings(block_retries=2)
+    )
     for run, (name, kind) in zip(runs, cases, strict=True):
         assert (run.termination, run.metadata["blocked"], run.success, run.verdict) == (
             "blocked",

@@ -118,6 +118,25 @@ CriticalCheck = Callable[[Action, Observation], "str | None"]
 
 
 @dataclass
+class EpisodeSettings:
+    """How an episode is played, the same for every episode of a run: :func:`run_episode`'s rules
+    (``rollouts.run_rollouts`` hands every browser of a run one)."""
+
+    #: Restarts of the attempt after an environment failure, then ``termination="env_error"``.
+    env_retries: int = 2
+    #: Unparseable replies in a row that end the attempt (``model_error``).
+    max_unparsed: int = 3
+    #: Wall time of each try from its first observation, checked before each decision (``time_limit``).
+    time_limit_s: float | None = None
+    #: Stops the attempt before an action it names (``critical_point``, the reason in ``metadata``):
+    #: ``critical.CriticalPoints``.
+    critical: CriticalCheck | None = None
+    #: Restarts after a blocked page, then ``blocked``. None: ``params:rollouts``' ``block_retries`` under
+    #: ``run_rollouts``, 1 for :func:`run_episode` called alone.
+    block_retries: int | None = None
+
+
+@dataclass
 class _Try:
     """One try of an attempt: its steps, how it ended, the agent's usage and cost, every screenshot (absolute)."""
 
@@ -137,9 +156,7 @@ def _play(
     reflections: list[str],
     shots: Path,
     relative_to: Path | None,
-    max_unparsed: int,
-    time_limit_s: float | None,
-    critical: CriticalCheck | None,
+    settings: EpisodeSettings,
 ) -> _Try:
     """One try; its wall-time limit counts from the first observation (a slow browser start is not the agent's)."""
     try:
@@ -148,7 +165,7 @@ def _play(
         raise EnvironmentFailure(f"reset: {type(err).__name__}: {err}") from err
     run = _Try(screenshots=[observation.screenshot] if observation.screenshot else [])
     observation = _checked(observation, "reset", run)
-    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    deadline = None if settings.time_limit_s is None else time.monotonic() + settings.time_limit_s
     steps = run.steps
     unparsed_in_a_row = 0
     while len(steps) < max_steps:
@@ -175,7 +192,7 @@ def _play(
             return run
         if decision.action is None:
             unparsed_in_a_row += 1
-            if unparsed_in_a_row >= max_unparsed:
+            if unparsed_in_a_row >= settings.max_unparsed:
                 run.termination = "model_error"
                 return run
             continue
@@ -183,7 +200,7 @@ def _play(
         if decision.action.type in (ActionType.ANSWER, ActionType.STOP):
             run.termination = "answer" if decision.action.type == ActionType.ANSWER else "stop"
             return run
-        if critical is not None and (reason := critical(decision.action, observation)):
+        if settings.critical is not None and (reason := settings.critical(decision.action, observation)):
             run.termination, run.critical_point = "critical_point", reason
             return run
         try:
@@ -195,6 +212,42 @@ def _play(
             run.screenshots.append(observation.screenshot)
         step.error = step.error or observation.error
     return run
+
+
+def _judged(record: Trajectory, run: _Try, env: Env, task: Task, judge: Judge) -> None:
+    """Judge a try that ran to its end and write it into ``record``: its steps, termination, verdict, usage and
+    cost (the judge's added); a judge that could not judge leaves no verdict (``judge_error``)."""
+    steps = run.steps
+    context = {
+        "screenshots": run.screenshots,
+        "session_id": getattr(env, "session_id", None),
+        "env": env,
+    }
+    verdict, judge_usage = judge.judge(task, steps, final_answer(steps), context)
+    judge_cost = getattr(judge, "cost_of", lambda _usage: 0.0)(judge_usage)
+    record.steps, record.termination, record.verdict = steps, run.termination, verdict
+    record.success = verdict.success
+    record.usage, record.cost_usd = run.usage + judge_usage, run.cost + judge_cost
+    if run.critical_point:
+        record.metadata["critical_point"] = run.critical_point
+    if verdict.details.get("judge_error"):  # the judge's failure, never the agent's
+        record.metadata["judge_error"] = {
+            "judge": verdict.judge,
+            "error": str(verdict.details.get("error", verdict.reason)),
+            "agent_termination": run.termination,
+        }
+        record.termination, record.success, record.verdict = "judge_error", None, None
+    record.metadata.pop("blocked", None)
+
+
+def _gave_up(record: Trajectory, blocked: bool) -> None:
+    """End ``record`` without a verdict after its last retry: ``blocked`` (the last try's steps kept) or
+    ``env_error`` (no steps)."""
+    ended = "blocked" if blocked else "env_error"
+    record.termination, record.success, record.verdict = ended, None, None
+    if ended == "env_error":
+        record.steps, record.usage, record.cost_usd = [], Usage(), 0.0
+        record.metadata.pop("blocked", None)
 
 
 def run_episode(
@@ -210,30 +263,28 @@ def run_episode(
     trajectory_id: str | None = None,
     screenshot_dir: str | Path | None = None,
     relative_to: str | Path | None = None,
-    env_retries: int = 2,
-    max_unparsed: int = 3,
     metadata: dict[str, Any] | None = None,
-    time_limit_s: float | None = None,
-    critical: CriticalCheck | None = None,
-    block_retries: int = 1,
+    settings: EpisodeSettings | None = None,
 ) -> Trajectory:
-    """Run one attempt of ``agent`` on ``task`` in ``env`` and judge it.
+    """Run one attempt of ``agent`` on ``task`` in ``env`` and judge it, by the rules of ``settings``
+    (:class:`EpisodeSettings`; its defaults without one).
 
     Screenshots go to ``screenshot_dir`` (emptied first: it belongs to this attempt) and steps record them relative
-    to ``relative_to`` (the folder of the trajectory file); without ``screenshot_dir`` they go to a temporary folder (the judge still sees them) and
-    steps record none. An unparseable reply is a recorded step (``action=None``, ``error``) and the attempt goes
-    on; ``max_unparsed`` of them in a row, or a role whose endpoint is down (``Decision.fatal``), end it with
-    ``termination="model_error"``, judged as a failure. Environment failures restart the attempt up to
-    ``env_retries`` times, then end it with ``termination="env_error"``, ``success=None`` and no verdict; a blocked
-    page restarts it ``block_retries`` times, then ends it ``blocked`` (the last try's steps kept, no verdict); a
-    judge error ends it ``judge_error`` (the agent's own end in ``metadata["judge_error"]``).
-    ``time_limit_s`` bounds the wall time of each try from its first observation (checked before each decision:
-    ``time_limit``);
-    ``critical`` stops the attempt before an action it names (``critical_point``, reason in the metadata).
+    to ``relative_to`` (the folder of the trajectory file); without ``screenshot_dir`` they go to a temporary folder
+    (the judge still sees them) and steps record none. An unparseable reply is a recorded step (``action=None``,
+    ``error``) and the attempt goes on; ``max_unparsed`` of them in a row, or a role whose endpoint is down
+    (``Decision.fatal``), end it with ``termination="model_error"``, judged as a failure. Environment failures
+    restart the attempt up to ``env_retries`` times, then end it ``env_error`` (no steps); a blocked page restarts
+    it ``block_retries`` times, then ends it ``blocked`` (the last try's steps kept); both with ``success=None`` and
+    no verdict. A judge error ends it ``judge_error`` (the agent's own end in ``metadata["judge_error"]``).
+    ``time_limit`` and ``critical_point`` end it as :class:`EpisodeSettings` says, judged.
     """
+    settings = settings or EpisodeSettings()
+    block_retries = 1 if settings.block_retries is None else settings.block_retries
     reflections = list(reflections or [])
-    root = Path(relative_to) if relative_to is not None else None
     temporary = tempfile.TemporaryDirectory(prefix="episode-") if screenshot_dir is None else None
+    # steps name their screenshots (relative to relative_to) only when they are kept, in screenshot_dir
+    root = Path(relative_to) if relative_to is not None and temporary is None else None
     shots = Path(temporary.name if temporary else screenshot_dir)  # type: ignore[arg-type]
     record = Trajectory(
         id=trajectory_id or f"{task.id}__{mode}__a{attempt}",
@@ -250,23 +301,12 @@ def run_episode(
     env_errors: list[str] = []
     blocks: list[str] = []
     try:
-        while len(env_errors) <= env_retries and len(blocks) <= block_retries:
+        while len(env_errors) <= settings.env_retries and len(blocks) <= block_retries:
             if shots.exists():
                 shutil.rmtree(shots)  # a restarted attempt must not keep the failed try's screenshots
             shots.mkdir(parents=True)
             try:
-                run = _play(
-                    env,
-                    task,
-                    agent,
-                    max_steps,
-                    reflections,
-                    shots,
-                    root if temporary is None else None,
-                    max_unparsed,
-                    time_limit_s,
-                    critical,
-                )
+                run = _play(env, task, agent, max_steps, reflections, shots, root, settings)
             except EnvironmentFailure as err:
                 logger.warning("%s attempt %d: environment failure, restarting: %s", task.id, attempt, err)
                 env_errors.append(str(err))
@@ -277,34 +317,10 @@ def run_episode(
                 record.steps, record.metadata["blocked"] = block.run.steps, block.kind
                 record.usage, record.cost_usd = block.run.usage, block.run.cost
                 continue
-            steps = run.steps
-            context = {
-                "screenshots": run.screenshots,
-                "session_id": getattr(env, "session_id", None),
-                "env": env,
-            }
-            verdict, judge_usage = judge.judge(task, steps, final_answer(steps), context)
-            judge_cost = getattr(judge, "cost_of", lambda _usage: 0.0)(judge_usage)
-            record.steps, record.termination, record.verdict = steps, run.termination, verdict
-            record.success = verdict.success
-            record.usage, record.cost_usd = run.usage + judge_usage, run.cost + judge_cost
-            if run.critical_point:
-                record.metadata["critical_point"] = run.critical_point
-            if verdict.details.get("judge_error"):  # the judge's failure, never the agent's
-                record.metadata["judge_error"] = {
-                    "judge": verdict.judge,
-                    "error": str(verdict.details.get("error", verdict.reason)),
-                    "agent_termination": run.termination,
-                }
-                record.termination, record.success, record.verdict = "judge_error", None, None
-            record.metadata.pop("blocked", None)
+            _judged(record, run, env, task, judge)
             break
         else:
-            ended = "blocked" if len(blocks) > block_retries else "env_error"
-            record.termination, record.success, record.verdict = ended, None, None
-            if ended == "env_error":
-                record.steps, record.usage, record.cost_usd = [], Usage(), 0.0
-                record.metadata.pop("blocked", None)
+            _gave_up(record, blocked=len(blocks) > block_retries)
         if env_errors:
             record.metadata["env_errors"] = env_errors
         if blocks:

@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.base import Agent, Judge, Reflector
 from rmsweb_kedro.contracts.schema import ENV_TERMINATIONS, CollectionMode, Task, Trajectory
-from rmsweb_kedro.episodes.critical import CriticalPoints
+from rmsweb_kedro.episodes.episode import EpisodeSettings, final_answer, run_episode
 
 logger = logging.getLogger(__name__)
 
@@ -171,17 +171,6 @@ class Roles:
     agent: Callable[[int], Agent]
     judge: Callable[[Any], Judge]
     reflector: Callable[[], Reflector] | None = None
-
-
-@dataclass
-class EpisodeSettings:
-    """How every episode of a run is played (``episodes.episode.run_episode``'s knobs)."""
-
-    env_retries: int = 2
-    max_unparsed: int = 3
-    time_limit_s: float | None = None
-    critical: CriticalPoints | None = None
-    block_retries: int | None = None  # None: params:rollouts' block_retries
 
 
 # ---------------------------------------------------------------- the journal
@@ -291,8 +280,6 @@ class EpisodeWorker:
         return os.getpid()
 
     def run(self, spec: EpisodeSpec) -> Trajectory:
-        from rmsweb_kedro.episodes.episode import final_answer, run_episode
-
         started = time.perf_counter()
         trajectory = run_episode(
             self.env,
@@ -306,12 +293,8 @@ class EpisodeWorker:
             trajectory_id=spec.trajectory_id,
             screenshot_dir=spec.screenshot_dir,
             relative_to=spec.relative_to,
-            env_retries=self.settings.env_retries,
-            max_unparsed=self.settings.max_unparsed,
             metadata=spec.metadata,
-            time_limit_s=self.settings.time_limit_s,
-            critical=self.settings.critical,
-            block_retries=1 if self.settings.block_retries is None else self.settings.block_retries,
+            settings=self.settings,
         )
         trajectory.metadata["wall_s"] = time.perf_counter() - started
         if spec.reflect and trajectory.success is False and self.reflector is not None:
@@ -654,82 +637,110 @@ def run_rollouts(
         settings = dataclasses.replace(settings, block_retries=config.block_retries)
     chains = [item if isinstance(item, Attempts) else Attempts.of(item) for item in items]
     done = journal.load() if journal is not None else {}
-    results: list[list[Trajectory]] = [[] for _ in chains]
-    waiting: deque[tuple[int, EpisodeSpec, list[str]]] = deque()
-    tally: Counter[str] = Counter()
     unit = "task" if any(chain.budget > 1 for chain in chains) else "episode"
     bar = tqdm(total=len(chains), desc=progress, unit=unit, disable=progress is None)
-    resumed = 0
-
-    def advance(index: int) -> None:
-        nonlocal resumed
-        while (spec := chains[index].next(results[index])) is not None:
-            entry = done.get(journal.key_of(spec.identity())) if journal is not None else None
-            if entry is None:
-                waiting.append((index, spec.absolute(), []))
-                return
-            results[index].append(Trajectory.model_validate(entry["trajectory"]))
-            resumed += 1
-        bar.update(1)
-
+    run = _RunState(chains, journal, done, bar)
     for index in range(len(chains)):
-        advance(index)
-    if resumed:
-        logger.info("%s: %d episodes already in %s", progress or "rollouts", resumed, journal.path)
-    failures: list[tuple[EpisodeSpec, BaseException]] = []
-    if waiting:
-        n = max(1, min(browsers, len(waiting)))
-        if not any(_needs_sandbox(spec.task) for _, spec, _ in waiting):
+        run.advance(index)
+    if run.resumed:
+        logger.info("%s: %d episodes already in %s", progress or "rollouts", run.resumed, journal.path)
+    if run.waiting:
+        n = max(1, min(browsers, len(run.waiting)))
+        if not any(_needs_sandbox(spec.task) for _, spec, _ in run.waiting):
             sandbox_seed = None  # no task left that the sandbox serves: no sandbox server
         backend: Any = _RayPool if config.backend == "ray" else _ThreadPool
         pool = backend(n, roles, browser, settings, sandbox_seed, config)
-        tickets: dict[int, tuple[int, EpisodeSpec, list[str]]] = {}
-        numbers = itertools.count()
         try:
-            while waiting or tickets:
-                while waiting and pool.free:
-                    ticket = next(numbers)
-                    tickets[ticket] = waiting.popleft()
-                    pool.submit(ticket, tickets[ticket][1])
-                if (finished := pool.next_result()) is None:  # an actor started: it takes the next episode
-                    continue
-                ticket, outcome = finished
-                index, spec, lost = tickets.pop(ticket)
-                if isinstance(outcome, _Lost):
-                    if spec.screenshot_dir is not None:  # the dead try's files: the retry writes its own
-                        shutil.rmtree(spec.screenshot_dir, ignore_errors=True)
-                    lost = [*lost, outcome.reason]
-                    if len(lost) <= settings.env_retries:
-                        waiting.appendleft((index, spec, lost))
-                        continue
-                    outcome, lost = _env_error(spec, lost), []  # the record lists its errors once
-                elif isinstance(outcome, BaseException):
-                    failures.append((spec, outcome))
-                    bar.update(1)
-                    continue
-                if lost:
-                    outcome.metadata["env_errors"] = lost + outcome.metadata.get("env_errors", [])
-                record = {**spec.identity(), "success": outcome.success, "termination": outcome.termination,
-                          "trajectory": outcome.model_dump(mode="json")}  # fmt: skip
-                if journal is not None:
-                    journal.append(record)
-                # the journal's JSON round trip, so a fresh run returns exactly what a resumed one reads back
-                results[index].append(Trajectory.model_validate(record["trajectory"]))
-                tally[_outcome(outcome)] += 1
-                bar.set_postfix(tally)
-                advance(index)
+            _drive(pool, run, settings.env_retries)
         finally:
             pool.close()
             bar.close()
     else:
         bar.close()
-    if failures:
-        spec, error = failures[0]
+    if run.failures:
+        spec, error = run.failures[0]
         raise RolloutError(
-            f"{len(failures)} episode(s) raised instead of finishing; first: {spec.key}: "
+            f"{len(run.failures)} episode(s) raised instead of finishing; first: {spec.key}: "
             f"{type(error).__name__}: {error}"
         ) from error
-    return results
+    return run.results
+
+
+@dataclass
+class _RunState:
+    """What the driver keeps of a run: each item's chain of attempts and its finished trajectories, the journal's
+    entries, the episodes waiting for a browser (with the reasons their earlier tries were lost), the episodes whose
+    code raised, and the progress bar with its outcome tally."""
+
+    chains: list[Attempts]
+    journal: Journal | None
+    done: dict[tuple[Any, ...], dict[str, Any]]  # the journal's entries when the run started
+    bar: Any
+    results: list[list[Trajectory]] = field(init=False)
+    waiting: deque[tuple[int, EpisodeSpec, list[str]]] = field(default_factory=deque)
+    tally: Counter[str] = field(default_factory=Counter)
+    failures: list[tuple[EpisodeSpec, BaseException]] = field(default_factory=list)
+    resumed: int = 0
+
+    def __post_init__(self) -> None:
+        self.results = [[] for _ in self.chains]
+
+    def advance(self, index: int) -> None:
+        """Queue chain ``index``'s next episode, taking the ones the journal holds as finished; a chain with no
+        next episode is done (the bar moves)."""
+        while (spec := self.chains[index].next(self.results[index])) is not None:
+            entry = self.done.get(self.journal.key_of(spec.identity())) if self.journal is not None else None
+            if entry is None:
+                self.waiting.append((index, spec.absolute(), []))
+                return
+            self.results[index].append(Trajectory.model_validate(entry["trajectory"]))
+            self.resumed += 1
+        self.bar.update(1)
+
+    def finish(self, index: int, spec: EpisodeSpec, outcome: Trajectory, lost: list[str]) -> None:
+        """Journal a finished episode (with the reasons its earlier tries were lost), keep it as the journal reads
+        it back, and queue its chain's next episode."""
+        if lost:
+            outcome.metadata["env_errors"] = lost + outcome.metadata.get("env_errors", [])
+        record = {**spec.identity(), "success": outcome.success, "termination": outcome.termination,
+                  "trajectory": outcome.model_dump(mode="json")}  # fmt: skip
+        if self.journal is not None:
+            self.journal.append(record)
+        # the journal's JSON round trip, so a fresh run returns exactly what a resumed one reads back
+        self.results[index].append(Trajectory.model_validate(record["trajectory"]))
+        self.tally[_outcome(outcome)] += 1
+        self.bar.set_postfix(self.tally)
+        self.advance(index)
+
+
+def _drive(pool: Any, run: _RunState, env_retries: int) -> None:
+    """Hand the waiting episodes to the pool's free browsers until none waits or runs. An episode whose worker was
+    lost goes back to the front of the queue (its files removed) until it has been lost more than ``env_retries``
+    times, then ends ``env_error``; one whose code raised is kept in ``run.failures``."""
+    tickets: dict[int, tuple[int, EpisodeSpec, list[str]]] = {}
+    numbers = itertools.count()
+    while run.waiting or tickets:
+        while run.waiting and pool.free:
+            ticket = next(numbers)
+            tickets[ticket] = run.waiting.popleft()
+            pool.submit(ticket, tickets[ticket][1])
+        if (finished := pool.next_result()) is None:  # an actor started: it takes the next episode
+            continue
+        ticket, outcome = finished
+        index, spec, lost = tickets.pop(ticket)
+        if isinstance(outcome, _Lost):
+            if spec.screenshot_dir is not None:  # the dead try's files: the retry writes its own
+                shutil.rmtree(spec.screenshot_dir, ignore_errors=True)
+            lost = [*lost, outcome.reason]
+            if len(lost) <= env_retries:
+                run.waiting.appendleft((index, spec, lost))
+                continue
+            outcome, lost = _env_error(spec, lost), []  # the record lists its errors once
+        elif isinstance(outcome, BaseException):
+            run.failures.append((spec, outcome))
+            run.bar.update(1)
+            continue
+        run.finish(index, spec, outcome, lost)
 
 
 def _needs_sandbox(task: Task) -> bool:

@@ -468,6 +468,17 @@ def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: fl
     return f"{sentence} Paired over the same episodes ({confidence:.0%}): " + "; ".join(paired) + "."
 
 
+#: The comparison's columns the report shows in %.
+REPORT_RATE_COLUMNS = ["action_type_accuracy", "element_accuracy", "argument_match", "step_success_rate",
+                       "invalid_format_rate", "success_rate", "success_low", "success_high", "run_std"]  # fmt: skip
+#: The comparison's columns of the offline table, then of the online table (those present).
+OFFLINE_COLUMNS = ["model", "n_states", "action_type_accuracy", "element_accuracy", "argument_match",
+                   "step_success_rate", "invalid_format_rate"]  # fmt: skip
+ONLINE_COLUMNS = ["model", "episodes", "env_errors", "blocked", "judge_errors", "distinct_episodes", "successes",
+                  "success_rate", "success_low", "success_high", "run_std", "steps_on_solved", "tokens_per_task",
+                  "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
+
+
 def build_report(
     comparison: pl.DataFrame,
     breakdown: pl.DataFrame,
@@ -487,19 +498,28 @@ def build_report(
     that section too."""
     from rmsweb_kedro.runs.provenance import manifest_markdown
 
-    online = config.online
-    rate_columns = ["action_type_accuracy", "element_accuracy", "argument_match", "step_success_rate",
-                    "invalid_format_rate", "success_rate", "success_low", "success_high", "run_std"]  # fmt: skip
-    offline_cols = ["model", "n_states", "action_type_accuracy", "element_accuracy", "argument_match",
-                    "step_success_rate", "invalid_format_rate"]  # fmt: skip
-    online_cols = ["model", "episodes", "env_errors", "blocked", "judge_errors", "distinct_episodes", "successes",
-                   "success_rate", "success_low", "success_high", "run_std", "steps_on_solved", "tokens_per_task",
-                   "cost_per_task_usd", "wall_s_per_task"]  # fmt: skip
-    table = as_percent(with_counts(comparison), rate_columns)
+    table = as_percent(with_counts(comparison), REPORT_RATE_COLUMNS)
     figures = "\n".join(f"![{name}]({path})" for name, path in config.figures.items())
     sections = [
         "# RMSWeb evaluation report",
         manifest_markdown(manifest),
+        *_protocol_section(config),
+        *_evaluation_sections(table, comparison, breakdown, kinds, claims, config),
+        *_claims_section(claims, config),
+        *_salvage_section(salvage),
+        *_collection_sections(collection, steps, modes),
+        "## Figures",
+        figures or "_(no figures configured)_",
+    ]
+    if ablations:
+        sections.append(ablations.strip())
+    return "\n\n".join(sections) + "\n"
+
+
+def _protocol_section(config: EvaluateParams) -> list[str]:
+    """How to read the rates, and the online protocol and cost model."""
+    online = config.online
+    return [
         "Rates in %. Online success is over judged episodes (environment failures are counted apart, never as the "
         f"agent's failure); `successes` gives k/n over the {online.runs} run(s); the interval is Wilson's at "
         f"{config.confidence:.0%} over the `distinct_episodes` (greedy repeats of a task with the same outcome "
@@ -509,18 +529,38 @@ def build_report(
         f"{'greedy' if online.greedy else f'sampled (T={online.temperature})'} decoding, judge: the sandbox "
         f"checker. Cost model: {config.cost.prompt_usd_per_million} / {config.cost.completion_usd_per_million} USD "
         "per million prompt / completion tokens.",
+    ]
+
+
+def _evaluation_sections(
+    table: pl.DataFrame,
+    comparison: pl.DataFrame,
+    breakdown: pl.DataFrame,
+    kinds: pl.DataFrame,
+    claims: pl.DataFrame,
+    config: EvaluateParams,
+) -> list[str]:
+    """The offline step metrics (by kind of state too) and the online success (by site group too); ``table``: the
+    comparison with counts, its rates in %."""
+    return [
         "## Offline step metrics (held-out states)",
-        markdown_table(table.select([c for c in offline_cols if c in table.columns])),
+        markdown_table(table.select([c for c in OFFLINE_COLUMNS if c in table.columns])),
         "### Step success by kind of state",
         "What each held-out state asks for (`evaluation.step_kind`: the reference action's type and its element's "
         "role; `link the task names`: an item to pick out of a list by the name the task gives), with Wilson's "
         f"{config.confidence:.0%} interval.",
         markdown_table(as_percent(kinds, ["step_success_rate", "success_low", "success_high"])),
         "## Online success in the sandbox",
-        markdown_table(table.select([c for c in online_cols if c in table.columns])),
+        markdown_table(table.select([c for c in ONLINE_COLUMNS if c in table.columns])),
         online_caveat(comparison, claims, config.confidence),
         "### By site group, sandbox split, site and level",
         markdown_table(as_percent(breakdown, ["success_rate", "success_low", "success_high"])),
+    ]
+
+
+def _claims_section(claims: pl.DataFrame, config: EvaluateParams) -> list[str]:
+    """The paper's claims against this run, each with its interval and how it was computed."""
+    return [
         "## The paper's claims and this run",
         f"Each figure with its {config.confidence:.0%} interval (`low`–`high`, same unit, over `n` pairs or tasks, "
         "by the method `interval`); `resolved`: the interval excludes 0. Online differences pair the two models' "
@@ -532,6 +572,12 @@ def build_report(
         markdown_table(claims),
         "A toy-scale default run (tiny model, minutes of CPU) shows whether each stage works and points the right "
         "way, not the paper's sizes; the production configuration (`--env production`) is where sizes are measured.",
+    ]
+
+
+def _salvage_section(salvage: dict[str, Any] | None) -> list[str]:
+    """What each Salvage-DS training seed did (``salvage``: its report)."""
+    return [
         "## Salvage-DS: what each training seed did",
         "Each seed's run starts from the same SFT checkpoint; the dev split (`sft_states_dev`, which nothing else "
         "trains or evaluates on) is scored before training and every `loop.eval_every` updates, and the run returns "
@@ -541,18 +587,19 @@ def build_report(
         "`salvage_ds/states.png` (each trained state's share right over the updates), `evaluate/flips.png` (the "
         "held-out states that flipped).",
         markdown_table(as_percent(salvage_ds_table(salvage), ["dev_sft", "dev_returned"])),
+    ]
+
+
+def _collection_sections(collection: pl.DataFrame, steps: pl.DataFrame, modes: pl.DataFrame) -> list[str]:
+    """The collection statistics, the steps reflection retries save, and the failure modes."""
+    return [
         "## Collection statistics",
         markdown_table(as_percent(collection, ["yield"])),
         "### Steps on solved tasks: reflection_retries vs the other modes (paired, same tasks, same budget)",
         markdown_table(steps),
         "## Failure modes",
         markdown_table(modes),
-        "## Figures",
-        figures or "_(no figures configured)_",
     ]
-    if ablations:
-        sections.append(ablations.strip())
-    return "\n\n".join(sections) + "\n"
 
 
 def report_html(report: str) -> str:

@@ -3,8 +3,9 @@
 A :class:`RunManifest` names the code (git commit, uncommitted changes), the packages (versions, and the Chromium
 build), the seeds (every ``seed`` parameter the run's pipelines read), the checkpoints read or written (path and
 content hash), the judges whose verdicts the run's tables hold, the hardware (CPU model, instruction sets, torch's
-threads and kernels), the Kedro command and the MLflow run id. ``hooks.TrackingHooks`` fills one per
-``kedro run`` and saves it as the ``run_manifest`` dataset; the report starts with :func:`manifest_markdown`.
+threads and kernels), the Kedro command and the MLflow run id. The provenance hook (``runs/hooks/provenance.py``)
+fills one per ``kedro run`` and saves it as the ``run_manifest`` dataset; the report starts with
+:func:`manifest_markdown`.
 
 Secrets never enter a manifest (or MLflow): :func:`mask_secrets` replaces every value under a key that names a
 secret, and API keys are :class:`pydantic.SecretStr` (``models/endpoint.py``), which dump as ``**********``.
@@ -49,7 +50,7 @@ class CheckpointRecord(BaseModel):
 
 
 class RunManifest(BaseModel):
-    """The provenance of one ``kedro run``; every field is filled by :func:`start_manifest` or the tracking hook."""
+    """The provenance of one ``kedro run``; every field is filled by :func:`start_manifest` or the run's hooks."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,10 +1,13 @@
-"""MLflow logging shared by the tracking hook (``hooks.py``), the training loop and ``compare_runs``.
+"""MLflow logging shared by the MLflow hook (``runs/hooks/mlflow_tracking.py``), the training loop and
+``compare_runs``.
 
-The hook starts one MLflow run per ``kedro run`` (through kedro-mlflow) and exports it to the process environment
-as MLflow's own ``MLFLOW_RUN_ID`` / ``MLFLOW_TRACKING_URI``, plus :data:`STEP_PREFIX_ENV` naming the node that
-runs. :func:`log_step` reads only these, so the training loop logs its step metrics live into the same run,
-whether it runs in the Kedro process or in processes started by ``accelerate launch`` (which inherit the
-environment). With tracking off the variables are unset and nothing imports mlflow.
+The step-logging path: the hook starts one MLflow run per ``kedro run`` (through kedro-mlflow) and exports it to
+the process environment as MLflow's own ``MLFLOW_RUN_ID`` / ``MLFLOW_TRACKING_URI``, plus :data:`STEP_PREFIX_ENV`
+naming the node that runs; the training loop (``training/loop.py``) calls :func:`log_step` for every history row,
+and :func:`log_step` reads only these variables, so the loop logs its step metrics live into the same run, whether
+it runs in the Kedro process or in processes started by ``accelerate launch`` (which inherit the environment).
+With tracking off the variables are unset and nothing imports mlflow; once the run is over the hook restores them as
+they were.
 
 Metric names: ``<node>/<train|eval>/<name>`` for live step metrics (``train_sft/train/loss``; :func:`step_prefix`), and
 ``<dataset>/<path>`` for the numbers of a saved dataset (``model_comparison/sft/step_success_rate``,
@@ -20,7 +23,7 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-#: The node whose training loop is logging (a prefix of its live step metrics); set by the tracking hook.
+#: The node whose training loop is logging (a prefix of its live step metrics); set by the MLflow hook.
 STEP_PREFIX_ENV = "RMSWEB_MLFLOW_STEP_PREFIX"
 #: Subtrees of a dataset that are configuration (already logged as MLflow parameters), not measurements.
 CONFIG_KEYS = frozenset({"config", "params", "parameters", "history"})
@@ -93,7 +96,8 @@ def dataset_metrics(name: str, data: Any) -> list[tuple[str, float, int]]:
 
 
 @cache
-def _client(tracking_uri: str):
+def client(tracking_uri: str):
+    """The MLflow client of a tracking URI, one per URI for the process (the hook's artifacts, the metrics)."""
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri)
@@ -101,7 +105,7 @@ def _client(tracking_uri: str):
 
 def log_step(row: dict[str, Any]) -> None:
     """Log one training-loop history row (``{"step", "lr", "train/loss", ...}``) into the tracked run, as
-    ``<node>/<key>`` at its step. A no-op unless the tracking hook exported a run (call it on the main process
+    ``<node>/<key>`` at its step. A no-op unless the MLflow hook exported a run (call it on the main process
     only: the other processes hold the same averaged numbers)."""
     run_id, uri = os.environ.get("MLFLOW_RUN_ID"), os.environ.get("MLFLOW_TRACKING_URI")
     if not run_id or not uri:
@@ -116,7 +120,7 @@ def log_step(row: dict[str, Any]) -> None:
         for key, raw in row.items()
         if key != "step" and (value := _number(raw)) is not None
     ]
-    _client(uri).log_batch(run_id, metrics=metrics, synchronous=True)
+    client(uri).log_batch(run_id, metrics=metrics, synchronous=True)
 
 
 def log_metrics(run_id: str, tracking_uri: str, triples: list[tuple[str, float, int]]) -> None:
@@ -128,4 +132,4 @@ def log_metrics(run_id: str, tracking_uri: str, triples: list[tuple[str, float, 
     now = int(time.time() * 1000)
     metrics = [Metric(key, value, now, step) for key, value, step in triples]
     for start in range(0, len(metrics), 1000):
-        _client(tracking_uri).log_batch(run_id, metrics=metrics[start : start + 1000], synchronous=True)
+        client(tracking_uri).log_batch(run_id, metrics=metrics[start : start + 1000], synchronous=True)

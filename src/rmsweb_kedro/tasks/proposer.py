@@ -167,84 +167,116 @@ def propose(
     endpoint = ChatEndpoint(params.endpoint, credentials)
     digest = prompt_hash(params)
     sites = read_sites(params.sites_file)
-    benchmark = BenchmarkIndex.load(params.decontamination)
-    kept: list[Task] = []
-    kept_intents: list[str] = []
-    seen_texts: set[str] = set()
+    filters = _Filters(params, BenchmarkIndex.load(params.decontamination))
     dropped: list[dict[str, Any]] = []
     per_site: dict[str, dict[str, Any]] = {}
+    env = BrowserEnv(BrowserConfig.model_validate(params.browser))
+    try:
+        for number, url in enumerate(sites):
+            per_site[url] = counts = {
+                "proposed": 0,
+                "kept": 0,
+                **dict.fromkeys(FILTERS, 0),
+                "site_problem": None,
+            }
+            page = Task(id=f"site-{number}", source="proposed", site=site_of(url) or url, start_url=url,
+                        instruction="(the proposer looks at this page)")  # fmt: skip
+            observation = env.reset(page, screenshot_dir=Path(params.screenshot_root) / f"site-{number}")
+            if problem := why_infeasible(observation):
+                counts["site_problem"] = problem
+                logger.info("propose: %s skipped (%s)", url, problem)
+                continue
+            message = {"role": "user", "content": _site_prompt(params, observation)}
+            reply = endpoint.complete([message], max_tokens=params.max_tokens)
+            for item in parse_reply(reply.text):
+                counts["proposed"] += 1
+                outcome, reason = filters.verdict(item, url)
+                if outcome != "kept":
+                    text = str(item.get("instruction") or "")
+                    dropped.append({"site": url, "instruction": text, "filter": outcome, "reason": reason})
+                    counts[outcome] += 1
+                    continue
+                filters.keep(_task(item, url, params.endpoint.model, digest))
+                counts["kept"] += 1
+    finally:
+        env.close()
+    report = _report(params.endpoint.model, digest, len(sites), filters.benchmark.size, per_site, dropped)
+    logger.info("propose: %s", {k: v for k, v in report.items() if k not in ("per_site", "dropped")})
+    return filters.kept, report
 
-    def drop(url: str, text: str, kind: str, reason: str) -> None:
-        dropped.append({"site": url, "instruction": text, "filter": kind, "reason": reason})
-        per_site[url][kind] += 1
 
-    def verdict(item: dict[str, Any], url: str) -> tuple[str, str]:
+class _Filters:
+    """The filters after ``malformed`` (module docstring), in order, and what they compare with: the tasks kept so
+    far (their normalised texts and intents) and the benchmarks' index."""
+
+    def __init__(self, params: ProposerParams, benchmark: BenchmarkIndex):
+        self.params, self.benchmark = params, benchmark
+        self.kept: list[Task] = []
+        self.kept_intents: list[str] = []
+        self.seen_texts: set[str] = set()
+
+    def verdict(self, item: dict[str, Any], url: str) -> tuple[str, str]:
+        """``(filter, reason)`` of the first filter that drops a reply item, or ``("kept", "")``."""
         text = str(item.get("instruction") or "").strip()
         if not text:
             return "malformed", "no instruction"
         if item.get("feasible") is False:
             return "infeasible", "the proposer marked it infeasible"
-        if reason := params.critical.in_text(text):
+        if reason := self.params.critical.in_text(text):
             return "unsafe", reason
-        if normalise(text) in seen_texts:
+        if normalise(text) in self.seen_texts:
             return "duplicate", "the same text as a kept task"
         content = intent(text)
-        for other in kept_intents:
-            if (score := similarity(content, other)) >= params.near_duplicate:
+        for other in self.kept_intents:
+            if (score := similarity(content, other)) >= self.params.near_duplicate:
                 return "duplicate", f"near-duplicate of a kept task (similarity {score:.2f})"
-        if found := benchmark.match(text, url, params.decontamination.intent_similarity):
+        if found := self.benchmark.match(text, url, self.params.decontamination.intent_similarity):
             return "contaminated", found.reason()
         return "kept", ""
 
-    env = BrowserEnv(BrowserConfig.model_validate(params.browser))
-    try:
-        for number, url in enumerate(sites):
-            per_site[url] = {"proposed": 0, "kept": 0, **dict.fromkeys(FILTERS, 0), "site_problem": None}
-            page = Task(id=f"site-{number}", source="proposed", site=site_of(url) or url, start_url=url,
-                        instruction="(the proposer looks at this page)")  # fmt: skip
-            observation = env.reset(page, screenshot_dir=Path(params.screenshot_root) / f"site-{number}")
-            if problem := why_infeasible(observation):
-                per_site[url]["site_problem"] = problem
-                logger.info("propose: %s skipped (%s)", url, problem)
-                continue
-            content: list[dict[str, Any]] = [
-                text_part(
-                    PROMPT.format(n=params.tasks_per_site)
-                    + f"\n\nURL: {observation.url}\nTitle: {observation.title}\nAccessibility tree:\n"
-                    + observation.axtree[: params.axtree_chars]
-                )
-            ]
-            if params.send_screenshot and observation.screenshot:
-                content.append(image_part(observation.screenshot))
-            reply = endpoint.complete([{"role": "user", "content": content}], max_tokens=params.max_tokens)
-            for item in parse_reply(reply.text):
-                per_site[url]["proposed"] += 1
-                outcome, reason = verdict(item, url)
-                if outcome != "kept":
-                    drop(url, str(item.get("instruction") or ""), outcome, reason)
-                    continue
-                task = _task(item, url, params.endpoint.model, digest)
-                kept.append(task)
-                kept_intents.append(intent(task.instruction))
-                seen_texts.add(normalise(task.instruction))
-                per_site[url]["kept"] += 1
-    finally:
-        env.close()
+    def keep(self, task: Task) -> None:
+        self.kept.append(task)
+        self.kept_intents.append(intent(task.instruction))
+        self.seen_texts.add(normalise(task.instruction))
+
+
+def _site_prompt(params: ProposerParams, observation: Observation) -> list[dict[str, Any]]:
+    """The proposer's message content for a start page: the prompt with its URL, title and page tree (cut to
+    ``axtree_chars``), and its screenshot when ``send_screenshot``."""
+    content: list[dict[str, Any]] = [
+        text_part(
+            PROMPT.format(n=params.tasks_per_site)
+            + f"\n\nURL: {observation.url}\nTitle: {observation.title}\nAccessibility tree:\n"
+            + observation.axtree[: params.axtree_chars]
+        )
+    ]
+    if params.send_screenshot and observation.screenshot:
+        content.append(image_part(observation.screenshot))
+    return content
+
+
+def _report(
+    model: str,
+    digest: str,
+    sites: int,
+    benchmark_size: int,
+    per_site: dict[str, dict[str, Any]],
+    dropped: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The proposer's report, its totals checked: proposed = kept + dropped, over every filter."""
     totals = {key: sum(s[key] for s in per_site.values()) for key in ("proposed", "kept", *FILTERS)}
     if totals["proposed"] != totals["kept"] + sum(totals[f] for f in FILTERS):
         raise RuntimeError(f"proposer: proposed != kept + dropped: {totals}")
-    report = {
-        "proposer_model": params.endpoint.model,
+    return {
+        "proposer_model": model,
         "prompt_hash": digest,
-        "sites": len(sites),
+        "sites": sites,
         "sites_infeasible": sum(s["site_problem"] is not None for s in per_site.values()),
-        "benchmark_tasks_compared": benchmark.size,
+        "benchmark_tasks_compared": benchmark_size,
         **totals,
         "per_site": per_site,
         "dropped": dropped,
     }
-    logger.info("propose: %s", {k: v for k, v in report.items() if k not in ("per_site", "dropped")})
-    return kept, report
 
 
 def to_jsonl(tasks: list[Task]) -> str:

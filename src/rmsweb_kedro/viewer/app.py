@@ -54,61 +54,104 @@ def _inlined(shot: Screenshot) -> str:
 def create_app(run: Run, allowed_hosts: Sequence[str] = ()) -> Starlette:
     """The viewer over ``run``, answering requests whose ``Host`` is a loopback name or one of ``allowed_hosts``
     (names or addresses without port, e.g. the machine's name when it listens beyond loopback)."""
-    templates = environment()
-    label = f"{run.project} (env {run.env})"
+    pages = _Pages(run)
+    hosts = [*LOOPBACK_HOSTS, *(h if ":" not in h or h.startswith("[") else f"[{h}]" for h in allowed_hosts)]
+    return Starlette(
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)],
+        routes=[
+            _route("/", _home(pages)),
+            *_evaluation_routes(pages),
+            *_episode_routes(pages),
+            _route("/collection", _collection(pages)),
+            *_mining_routes(pages),
+            _route("/salvage", _salvage(pages)),
+            _route("/live", _live(pages)),
+            _route("/file", _screenshot_file(run)),
+            _route("/figure", _salvage_figure(run)),
+        ],
+    )
+
+
+def _route(path: str, endpoint) -> Route:
+    return Route(path, endpoint, methods=["GET"])
+
+
+class _Pages:
+    """What every route shares: the run, and how a page, or the page saying something is not here, is rendered."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.templates = environment()
+        self.label = f"{run.project} (env {run.env})"
 
     def page(
-        request: Request, name: str, tab: str, title: str, export: bool = False, **context: Any
+        self, request: Request, name: str, tab: str, title: str, export: bool = False, **context: Any
     ) -> Response:
-        html = templates.get_template(name).render(
-            tabs=TABS, tab=tab, title=title, style=STYLE, run_label=label, export=export,
+        html = self.templates.get_template(name).render(
+            tabs=TABS, tab=tab, title=title, style=STYLE, run_label=self.label, export=export,
             src=_inlined if export else _served, **context,
         )  # fmt: skip
         return HTMLResponse(html)
 
-    def not_here(request: Request, tab: str, title: str, message: str, status: int = 200) -> Response:
-        response = page(request, "not_here", tab, title, message=message)
+    def not_here(self, request: Request, tab: str, title: str, message: str, status: int = 200) -> Response:
+        response = self.page(request, "not_here", tab, title, message=message)
         response.status_code = status
         return response
 
-    def guarded(tab: str, title: str):
+    def guarded(self, tab: str, title: str):
         """A tab's handler: "not in this run" when none of its tables is here; the missing column named when a
         table is older than the view."""
 
         def wrap(handler):
             async def route(request: Request) -> Response:
-                if not run.ran(TAB_TABLES[tab]):
-                    return not_here(request, tab, title, f"{title}: not in this run (the stage did not run)")
+                if not self.run.ran(TAB_TABLES[tab]):
+                    return self.not_here(
+                        request, tab, title, f"{title}: not in this run (the stage did not run)"
+                    )
                 try:
                     return await run_in_threadpool(handler, request)
                 except MissingColumns as err:
-                    return not_here(request, tab, title, str(err))
+                    return self.not_here(request, tab, title, str(err))
 
             return route
 
         return wrap
 
-    def number(request: Request, key: str, default: int = 0) -> int:
-        try:
-            return max(0, int(request.query_params.get(key, default)))
-        except ValueError:
-            return default
 
-    def linker(path: str, request: Request):
-        params = dict(request.query_params)
+def _number(request: Request, key: str, default: int = 0) -> int:
+    try:
+        return max(0, int(request.query_params.get(key, default)))
+    except ValueError:
+        return default
 
-        def link(page_number: int) -> str:
-            return f"{path}?{urlencode(params | {'page': page_number})}"
 
-        return link
+def _linker(path: str, request: Request):
+    params = dict(request.query_params)
 
+    def link(page_number: int) -> str:
+        return f"{path}?{urlencode(params | {'page': page_number})}"
+
+    return link
+
+
+def _home(pages: _Pages):
     async def home(request: Request) -> Response:
         for key, _ in TABS:
-            if run.ran(TAB_TABLES[key]):
+            if pages.run.ran(TAB_TABLES[key]):
                 return RedirectResponse(f"/{key}")
-        return not_here(request, "", "nothing to view", f"no stage's output is in this run ({run.project})")
+        return pages.not_here(
+            request, "", "nothing to view", f"no stage's output is in this run ({pages.run.project})"
+        )
 
-    @guarded("evaluation", "Evaluation")
+    return home
+
+
+def _evaluation_routes(pages: _Pages) -> list[Route]:
+    """The Evaluation tab: the tasks of two models side by side (``/evaluation``), one task's episodes
+    (``/evaluation/task``)."""
+    run = pages.run
+
+    @pages.guarded("evaluation", "Evaluation")
     def evaluation(request: Request) -> Response:
         q = request.query_params
         names = views.models(run)
@@ -121,41 +164,51 @@ def create_app(run: Run, allowed_hosts: Sequence[str] = ()) -> Starlette:
             "mode": q.get("mode", ""),
             "termination": q.get("termination", ""),
         }
-        current = number(request, "page")
+        current = _number(request, "page")
         rows, total, names = views.evaluation_tasks(run, **f, page=current)
 
         def task_link(row: dict[str, Any]) -> str:
             return f"/evaluation/task?{urlencode({'task': row['task_id'], 'run': row['run']})}"
 
-        return page(
+        return pages.page(
             request, "evaluation", "evaluation", "Evaluation: tasks", rows=rows, total=total, page=current,
-            size=views.PAGE_SIZE, link=linker("/evaluation", request), links={"task_id": task_link},
+            size=views.PAGE_SIZE, link=_linker("/evaluation", request), links={"task_id": task_link},
             colored=names, models=names, f=f, pairs=PAIRS, choices=views.evaluation_choices(run),
         )  # fmt: skip
 
-    @guarded("evaluation", "Evaluation")
+    @pages.guarded("evaluation", "Evaluation")
     def evaluation_task(request: Request) -> Response:
-        task, run_index = request.query_params.get("task", ""), number(request, "run")
+        task, run_index = request.query_params.get("task", ""), _number(request, "run")
         found = views.evaluation_task(run, task, run_index)
         if not found["columns"]:
-            return not_here(
+            return pages.not_here(
                 request, "evaluation", "Evaluation", f"no episode of task {task!r} run {run_index}", 404
             )
-        return page(request, "evaluation_task", "evaluation", f"{task} (run {run_index}): models side by side",
-                    **found)  # fmt: skip
+        return pages.page(request, "evaluation_task", "evaluation", f"{task} (run {run_index}): models side by side",
+                          **found)  # fmt: skip
+
+    return [_route("/evaluation", evaluation), _route("/evaluation/task", evaluation_task)]
+
+
+def _episode_routes(pages: _Pages) -> list[Route]:
+    """One episode of any stage, stepped through (``/episode``) or exported as one file with its screenshots
+    inlined (``/export``)."""
+    run = pages.run
 
     def _episode(request: Request, export: bool) -> Response:
         query = dict(request.query_params)
         stage = query.pop("stage", "")
-        current = number(request, "step")
+        current = _number(request, "step")
         query.pop("step", None)
         found = views.episode(run, stage, query)
         if found is None:
-            return not_here(request, "", "episode", f"no {stage or 'such'} episode {query} in this run", 404)
+            return pages.not_here(
+                request, "", "episode", f"no {stage or 'such'} episode {query} in this run", 404
+            )
         current = min(current, max(0, len(found.steps) - 1))
         shown_query = urlencode({"stage": stage, **query})
-        response = page(request, "episode", stage, found.title, export=export, episode=found, current=current,
-                        query=shown_query)  # fmt: skip
+        response = pages.page(request, "episode", stage, found.title, export=export, episode=found,
+                              current=current, query=shown_query)  # fmt: skip
         if export:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in found.title)[:120] + ".html"
             response.headers["content-disposition"] = f'attachment; filename="{name}"'
@@ -165,79 +218,101 @@ def create_app(run: Run, allowed_hosts: Sequence[str] = ()) -> Starlette:
         try:
             return await run_in_threadpool(_episode, request, False)
         except MissingColumns as err:
-            return not_here(request, "", "episode", str(err))
+            return pages.not_here(request, "", "episode", str(err))
 
     async def export(request: Request) -> Response:
         try:
             return await run_in_threadpool(_episode, request, True)
         except MissingColumns as err:
-            return not_here(request, "", "episode", str(err))
+            return pages.not_here(request, "", "episode", str(err))
 
-    @guarded("collection", "Collection")
+    return [_route("/episode", episode), _route("/export", export)]
+
+
+def _collection(pages: _Pages):
+    """The Collection tab: its tasks, or one task's attempts (``?task=``)."""
+    run = pages.run
+
+    @pages.guarded("collection", "Collection")
     def collection(request: Request) -> Response:
         if task := request.query_params.get("task"):
             attempts = views.collection_task(run, task)
-            return page(request, "collection_task", "collection", f"Collection: {task}", attempts=attempts)
-        solved, current = request.query_params.get("solved"), number(request, "page")
+            return pages.page(
+                request, "collection_task", "collection", f"Collection: {task}", attempts=attempts
+            )
+        solved, current = request.query_params.get("solved"), _number(request, "page")
         rows, total = views.collection_tasks(run, current, solved)
-        return page(
+        return pages.page(
             request, "collection", "collection", "Collection: tasks", rows=rows, total=total, page=current,
-            size=views.PAGE_SIZE, link=linker("/collection", request), solved=solved,
+            size=views.PAGE_SIZE, link=_linker("/collection", request), solved=solved,
             links={"task_id": lambda row: f"/collection?{urlencode({'task': row['task_id']})}"},
         )  # fmt: skip
 
-    @guarded("mining", "Mining")
+    return collection
+
+
+def _mining_routes(pages: _Pages) -> list[Route]:
+    """The Mining tab: the critical states (``/mining``), one state with its samples (``/mining/state``)."""
+    run = pages.run
+
+    @pages.guarded("mining", "Mining")
     def mining(request: Request) -> Response:
-        mode, current = request.query_params.get("mode") or None, number(request, "page")
+        mode, current = request.query_params.get("mode") or None, _number(request, "page")
         try:
             rows, total, table = views.mining_states(run, current, mode)
         except LookupError:
-            return not_here(request, "mining", "Mining", "Mining: no mined states in this run")
-        return page(
+            return pages.not_here(request, "mining", "Mining", "Mining: no mined states in this run")
+        return pages.page(
             request, "mining", "mining", "Mining: critical states", rows=rows, total=total, page=current,
-            size=views.PAGE_SIZE, link=linker("/mining", request), table=table, mode=mode,
+            size=views.PAGE_SIZE, link=_linker("/mining", request), table=table, mode=mode,
             links={"state_id": lambda row: f"/mining/state?{urlencode({'id': row['state_id']})}"},
             rollouts=(run.json("mining_online_rollouts") or {}).get("episodes", []),
         )  # fmt: skip
 
-    @guarded("mining", "Mining")
+    @pages.guarded("mining", "Mining")
     def mining_state(request: Request) -> Response:
         state_id = request.query_params.get("id", "")
         found = views.mining_state(run, state_id)
         if found is None:
-            return not_here(request, "mining", "Mining", f"no state {state_id!r} in this run", 404)
-        return page(request, "mining_state", "mining", f"State {state_id}", s=found["state"], **found)
+            return pages.not_here(request, "mining", "Mining", f"no state {state_id!r} in this run", 404)
+        return pages.page(request, "mining_state", "mining", f"State {state_id}", s=found["state"], **found)
 
-    @guarded("salvage", "Salvage-DS")
+    return [_route("/mining", mining), _route("/mining/state", mining_state)]
+
+
+def _salvage(pages: _Pages):
+    """The Salvage-DS tab: its seeds, figures (served by ``/figure``), groups and report."""
+
+    @pages.guarded("salvage", "Salvage-DS")
     def salvage(request: Request) -> Response:
-        found = views.salvage(run)
+        found = views.salvage(pages.run)
         report = json.dumps(found["report"], indent=2) if found["report"] is not None else None
-        return page(request, "salvage", "salvage", "Salvage-DS", seeds=found["seeds"], figures=found["figures"],
-                    report=report, groups=found["groups"])  # fmt: skip
+        return pages.page(request, "salvage", "salvage", "Salvage-DS", seeds=found["seeds"],
+                          figures=found["figures"], report=report, groups=found["groups"])  # fmt: skip
 
-    async def figure(request: Request) -> Response:
-        """A figure of the Salvage-DS tab by catalog name (views.SALVAGE_FIGURES); any other name is refused."""
-        name = request.query_params.get("name", "")
-        if name not in views.SALVAGE_FIGURES:
-            return PlainTextResponse(f"refused: {name!r} is not one of {sorted(views.SALVAGE_FIGURES)}", 403)
-        path = run.filepath(name)
-        if path is None or not path.is_file():
-            return PlainTextResponse(f"not found: {name} is not in this run", status_code=404)
-        return FileResponse(path, media_type="image/png")
+    return salvage
 
-    @guarded("live", "Live")
+
+def _live(pages: _Pages):
+    """The Live tab: its episodes, each linked to its steps."""
+
+    @pages.guarded("live", "Live")
     def live(request: Request) -> Response:
-        results = run.scan("live_results", ["trajectory_id", "task_id", "success", "termination"])
+        results = pages.run.scan("live_results", ["trajectory_id", "task_id", "success", "termination"])
         rows = (
             results.with_columns(views.OUTCOME.alias("outcome")).head(500).collect()
             if results is not None
             else None
         )
         if rows is None:
-            return not_here(request, "live", "Live", "Live: not in this run")
+            return pages.not_here(request, "live", "Live", "Live: not in this run")
         link = {"trajectory_id": lambda row: views.episode_link("live", row)}
-        return page(request, "live", "live", "Live episodes", rows=rows, links=link)
+        return pages.page(request, "live", "live", "Live episodes", rows=rows, links=link)
 
+    return live
+
+
+def _screenshot_file(run: Run):
     async def file(request: Request) -> Response:
         """A PNG screenshot from one of the run's screenshot folders; anything else is refused."""
         root, relative = request.query_params.get("root", ""), request.query_params.get("path", "")
@@ -255,24 +330,18 @@ def create_app(run: Run, allowed_hosts: Sequence[str] = ()) -> Starlette:
             return PlainTextResponse(f"refused: {relative!r} is not a PNG file", status_code=403)
         return FileResponse(path, media_type="image/png")
 
-    def route(path: str, endpoint) -> Route:
-        return Route(path, endpoint, methods=["GET"])
+    return file
 
-    hosts = [*LOOPBACK_HOSTS, *(h if ":" not in h or h.startswith("[") else f"[{h}]" for h in allowed_hosts)]
-    return Starlette(
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False)],
-        routes=[
-            route("/", home),
-            route("/evaluation", evaluation),
-            route("/evaluation/task", evaluation_task),
-            route("/episode", episode),
-            route("/export", export),
-            route("/collection", collection),
-            route("/mining", mining),
-            route("/mining/state", mining_state),
-            route("/salvage", salvage),
-            route("/live", live),
-            route("/file", file),
-            route("/figure", figure),
-        ],
-    )
+
+def _salvage_figure(run: Run):
+    async def figure(request: Request) -> Response:
+        """A figure of the Salvage-DS tab by catalog name (views.SALVAGE_FIGURES); any other name is refused."""
+        name = request.query_params.get("name", "")
+        if name not in views.SALVAGE_FIGURES:
+            return PlainTextResponse(f"refused: {name!r} is not one of {sorted(views.SALVAGE_FIGURES)}", 403)
+        path = run.filepath(name)
+        if path is None or not path.is_file():
+            return PlainTextResponse(f"not found: {name} is not in this run", status_code=404)
+        return FileResponse(path, media_type="image/png")
+
+    return figure

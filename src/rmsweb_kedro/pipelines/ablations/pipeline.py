@@ -109,7 +109,19 @@ def _rl_variant(
 def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
     """Every variant, their evaluation, the comparison table, the claims between variants and the report
     re-rendered with its section."""
-    stages = reused.stages
+    models = _evaluated_models()
+    return (
+        _variants(reused.stages)
+        + _evaluation(reused, models)
+        + _report(reused)
+        + _variant_claims(reused)
+        + _comparison([f"ablations.{variant}.facts" for variant in models])
+    )
+
+
+def _variants(stages: Mapping[str, Pipeline]) -> Pipeline:
+    """Every variant's stages: (a) the collection modes, (c) the Salvage-DS modes, (e) its parts, (b) the full
+    corpus."""
     collection = [_collection_variant(mode, stages) for mode in COLLECTION_MODES]
     modes = [
         _rl_variant(f"rl_{mode}", stages["salvage_ds"], ("salvage_ds",), f"mode {mode}, mined states",
@@ -125,13 +137,23 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
         "mode salvage_ds, every SFT training state (rl_corpus: full); compare rl_salvage_ds (mined)",
         "RL corpus",
     )
+    return sum(collection + modes + parts, Pipeline([])) + full
+
+
+def _evaluated_models() -> dict[str, str]:
+    """Every model the ablations evaluate: label -> its checkpoint dataset (the reference is the default run's
+    ``sft_model``)."""
     models = {f"collect_{m}": f"ablations.collect_{m}.sft_model" for m in COLLECTION_MODES}
     models |= {REFERENCE: "sft_model"}
     models |= {f"rl_{m}": f"ablations.rl_{m}.rmsweb_models" for m in SALVAGE_MODES}
     models |= {FULL_CORPUS: f"ablations.{FULL_CORPUS}.rmsweb_models"}
     models |= {variant: f"ablations.{variant}.rmsweb_models" for variant in SALVAGE_PARTS}
-    facts = [f"ablations.{variant}.facts" for variant in models]
-    evaluation = pipeline(
+    return models
+
+
+def _evaluation(reused: Reused, models: dict[str, str]) -> Pipeline:
+    """The evaluate stage's offline and online evaluation of ``models`` (``ablations.model_comparison``)."""
+    return pipeline(
         reused.model_evaluation(models),
         namespace="ablations",
         inputs={"sft_states_val", "tasks", *models.values()},
@@ -140,7 +162,11 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
             "rollouts": "rollouts",
         },  # one rollouts block for every run
     )
-    the_report = pipeline(
+
+
+def _report(reused: Reused) -> Pipeline:
+    """The evaluate stage's report, re-rendered from the default run's tables with the ablations' section."""
+    return pipeline(
         reused.report_nodes({"ablations": "ablations.report_section"}),
         namespace="ablations",
         inputs={
@@ -157,8 +183,11 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
         },
         parameters={"evaluate"},
     )  # fmt: skip
-    # the report's claims node over the variants' episodes, with the ablations' own claims (ablations.claims)
-    variant_claims = pipeline(
+
+
+def _variant_claims(reused: Reused) -> Pipeline:
+    """The report's claims node over the variants' episodes, with the ablations' own claims (ablations.claims)."""
+    return pipeline(
         reused.report_nodes().only_nodes_with_outputs("claims_vs_run"),
         namespace="ablations.variants",
         inputs={
@@ -169,78 +198,76 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
         outputs={"claims_vs_run": "ablation_claims"},
         parameters={"evaluate": "ablations.evaluate"},
     )
-    return (
-        sum(collection + modes + parts, Pipeline([]))
-        + full
-        + evaluation
-        + the_report
-        + variant_claims
-        + Pipeline(
-            [
-                Node(
-                    nodes.collection_pool,
-                    inputs=["tasks", "sft_states_train", "sft_states_val", "sft_states_dev"],
-                    outputs="ablations.collection_pool",
-                    name="collection_pool",
-                    namespace="ablations",
-                ),
-                Node(
-                    bind(nodes.describe_reference, variant=REFERENCE),
-                    inputs=["sft_states_train", "sft_metrics"],
-                    outputs=f"ablations.{REFERENCE}.facts",
-                    name="describe_variant",
-                    namespace=f"ablations.{REFERENCE}",
-                ),
-                Node(
-                    reporting.concat_tables,
-                    inputs=[f"ablations.collect_{m}.collection_log" for m in COLLECTION_MODES],
-                    outputs="ablations.collection_log",
-                    name="gather_collection_logs",
-                    namespace="ablations",
-                ),
-                Node(
-                    reporting.reflection_steps,
-                    inputs="ablations.collection_log",
-                    outputs="ablations.reflection_steps",
-                    name="reflection_steps",
-                    namespace="ablations",
-                ),
-                Node(
-                    nodes.ablation_table,
-                    inputs=["ablations.model_comparison", *facts],
-                    outputs="ablation_comparison",
-                    name="ablation_table",
-                    namespace="ablations",
-                ),
-                Node(
-                    nodes.ablation_markdown,
-                    inputs="ablation_comparison",
-                    outputs="ablation_comparison_md",
-                    name="ablation_markdown",
-                    namespace="ablations",
-                ),
-                Node(
-                    nodes.plot_ablations,
-                    inputs="ablation_comparison",
-                    outputs="ablation_plot",
-                    name="plot_ablations",
-                    namespace="ablations",
-                ),
-                Node(
-                    nodes.ablation_section,
-                    inputs={
-                        "table": "ablation_comparison",
-                        "claims": "ablation_claims",
-                        "steps": "ablations.reflection_steps",
-                        "collect_tasks": "params:ablations.budget.collect.max_tasks",
-                        "sft_steps": "params:ablations.budget.sft.training.loop.max_steps",
-                        "salvage_ds_steps": "params:ablations.budget.salvage_ds.loop.max_steps",
-                        "online": "params:ablations.evaluate.online.enabled",
-                    },
-                    outputs="ablations.report_section",
-                    name="report_section",
-                    namespace="ablations",
-                ),
-            ]
-        )
+
+
+def _comparison(facts: list[str]) -> Pipeline:
+    """The collection pool the collection variants draw from, the reference's facts, the variants' collection
+    logs gathered, and the comparison: table, markdown, plot and the report's section."""
+    return Pipeline(
+        [
+            Node(
+                nodes.collection_pool,
+                inputs=["tasks", "sft_states_train", "sft_states_val", "sft_states_dev"],
+                outputs="ablations.collection_pool",
+                name="collection_pool",
+                namespace="ablations",
+            ),
+            Node(
+                bind(nodes.describe_reference, variant=REFERENCE),
+                inputs=["sft_states_train", "sft_metrics"],
+                outputs=f"ablations.{REFERENCE}.facts",
+                name="describe_variant",
+                namespace=f"ablations.{REFERENCE}",
+            ),
+            Node(
+                reporting.concat_tables,
+                inputs=[f"ablations.collect_{m}.collection_log" for m in COLLECTION_MODES],
+                outputs="ablations.collection_log",
+                name="gather_collection_logs",
+                namespace="ablations",
+            ),
+            Node(
+                reporting.reflection_steps,
+                inputs="ablations.collection_log",
+                outputs="ablations.reflection_steps",
+                name="reflection_steps",
+                namespace="ablations",
+            ),
+            Node(
+                nodes.ablation_table,
+                inputs=["ablations.model_comparison", *facts],
+                outputs="ablation_comparison",
+                name="ablation_table",
+                namespace="ablations",
+            ),
+            Node(
+                nodes.ablation_markdown,
+                inputs="ablation_comparison",
+                outputs="ablation_comparison_md",
+                name="ablation_markdown",
+                namespace="ablations",
+            ),
+            Node(
+                nodes.plot_ablations,
+                inputs="ablation_comparison",
+                outputs="ablation_plot",
+                name="plot_ablations",
+                namespace="ablations",
+            ),
+            Node(
+                nodes.ablation_section,
+                inputs={
+                    "table": "ablation_comparison",
+                    "claims": "ablation_claims",
+                    "steps": "ablations.reflection_steps",
+                    "collect_tasks": "params:ablations.budget.collect.max_tasks",
+                    "sft_steps": "params:ablations.budget.sft.training.loop.max_steps",
+                    "salvage_ds_steps": "params:ablations.budget.salvage_ds.loop.max_steps",
+                    "online": "params:ablations.evaluate.online.enabled",
+                },
+                outputs="ablations.report_section",
+                name="report_section",
+                namespace="ablations",
+            ),
+        ]
     )
