@@ -97,7 +97,7 @@ def test_live_pipeline_from_the_production_catalog(
     catalog["params:live"] = live
     catalog["params:evaluate.policy"] = parameters["evaluate"]["policy"]
     catalog["params:rollouts"] = parameters["rollouts"]
-    # What the tracking hook hands the nodes: conf/production/credentials.yml through the config loader.
+    # What the credentials hook (runs.hooks.CredentialsHooks) hands the nodes: conf/production/credentials.yml through the config loader.
     catalog["endpoint_credentials"] = endpoint_credentials(loader["credentials"])
 
     SequentialRunner().run(register_pipelines()["live"], catalog)

@@ -1,7 +1,7 @@
 """A signalled ``kedro run`` leaves no process behind: a real ``kedro run`` (a subprocess, in a copy of the project)
 whose mining node has started a managed vLLM server (vLLM's CPU build, ``scripts/vllm_env.sh``), or whose collect
 node drives Chromium, is sent SIGTERM (what a scheduler sends) or SIGINT, as a process alone, not its group; then no
-process of the run is left (models/processes.py, hooks.ShutdownHooks). Before, the server, in a process group of its own,
+process of the run is left (models/processes.py, runs/hooks/shutdown.py). Before, the server, in a process group of its own,
 was stopped only by ``finally`` and ``atexit``, which a SIGTERM skips."""
 
 from __future__ import annotations

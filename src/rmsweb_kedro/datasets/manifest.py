@@ -1,4 +1,4 @@
-"""The ``run_manifest`` dataset: a JSON file the tracking hook writes (``hooks.TrackingHooks``), read by the report.
+"""The ``run_manifest`` dataset: a JSON file the provenance hook writes (``runs.hooks.ProvenanceHooks``), read by the report.
 
 Loading gives ``None`` when no ``kedro run`` wrote the file (a pipeline run by hand with a ``SequentialRunner``,
 a notebook), and the report then says that the manifest is missing rather than failing.

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.factory import ReflectorSpec, TeacherSpec
 from rmsweb_kedro.contracts.schema import COLLECTION_LOG_SCHEMA, Task, Trajectory, trajectory_row
+from rmsweb_kedro.episodes.episode import EpisodeSettings
 from rmsweb_kedro.episodes.rollouts import (
     Attempts,
-    EpisodeSettings,
     EpisodeSpec,
     Journal,
     Roles,

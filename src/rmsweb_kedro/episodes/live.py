@@ -21,7 +21,8 @@ import polars as pl
 
 from rmsweb_kedro.contracts.schema import Step, Task, Trajectory
 from rmsweb_kedro.episodes.critical import CriticalPoints
-from rmsweb_kedro.episodes.rollouts import EpisodeSettings, EpisodeSpec, Journal, Roles, run_rollouts
+from rmsweb_kedro.episodes.episode import EpisodeSettings
+from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Journal, Roles, run_rollouts
 from rmsweb_kedro.episodes.submission import SubmissionSchema, write_submission
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ processes it forks, and a Ctrl-C at the terminal reaches kedro alone). Stopped o
 to ``kedro run`` (a scheduler's) would end kedro at once and leave the server holding its GPU. So:
 
 - every started group is registered here (:func:`register`) until it is stopped (:func:`stop_group`);
-- for a run, :func:`handle_signals` (installed by ``hooks.ShutdownHooks``) makes SIGTERM and SIGINT stop every
+- for a run, :func:`handle_signals` (installed by ``runs.hooks.ShutdownHooks``) makes SIGTERM and SIGINT stop every
   registered group and then raise in the main thread (``SystemExit(128 + signum)``; SIGINT: ``KeyboardInterrupt``,
   as Python's own handler), so the ``finally`` blocks that close browsers and write logs run; a second signal
   kills what is left at once;
