@@ -420,14 +420,14 @@ def argument_origin(value: str, expected: str | None, instruction: str, axtree: 
 def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
     """Where a failed episode first left its task's reference solution (sandbox tasks carry one): the step, the
     action taken, the reference action there (resolved on the page the episode saw, its declared equivalents
-    accepted: ``mining.is_right``), the failure mode (``mining.classify_failure``) and, for a wrong string
+    accepted: ``actions.matches_any``), the failure mode (``mining.classify_failure``) and, for a wrong string
     argument, where the string came from (:func:`argument_origin`). A longer way a reference step offers
     (``longer_route``, ``unnecessary_filter``: docs/sandbox.md) is followed as that step: it reaches the same page,
     so the step after it is where the episode may leave the reference. All null for a success, an environment
     failure, a task without a reference, or an episode that never left it."""
-    from rmsweb_kedro.contracts.actions import format_action
+    from rmsweb_kedro.contracts.actions import format_action, matches_any
     from rmsweb_kedro.contracts.schema import Observation
-    from rmsweb_kedro.measures.mining import FailureMode, classify_failure, is_right
+    from rmsweb_kedro.measures.mining import FailureMode, classify_failure
     from rmsweb_kedro.trajectories.augmentation import COPIED_ARGUMENT_TYPES
     from rmsweb_kedro.web.browser import parse_axtree
     from rmsweb_kedro.web.sandbox.reference import TargetNotFound, resolve_equivalents, resolve_step
@@ -453,8 +453,8 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
         way = pending or [plan[position]]
         references = resolved(way[0], page)
         longer = [] if pending else (plan[position].get("longer") or {}).get("steps") or []
-        taken = way if is_right(step.action, references) else None
-        if taken is None and longer and is_right(step.action, resolved(longer[0], page)):
+        taken = way if matches_any(step.action, references) else None
+        if taken is None and longer and matches_any(step.action, resolved(longer[0], page)):
             taken = longer
         if taken is not None:
             pending = taken[1:]
