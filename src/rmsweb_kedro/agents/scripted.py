@@ -17,20 +17,19 @@ except the judge, which is the task's checker.
 from __future__ import annotations
 
 import random
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.contracts.actions import Action, ActionType, format_reply, normalize_text
+from rmsweb_kedro.contracts.pagetree import parse_axtree
 from rmsweb_kedro.contracts.schema import Observation, Step, Task, Usage, Verdict
 
 DETOUR = "dead_end"
 SKIP = "skip_filter"
 #: The longer ways a reference step may offer (``tasks.longer``) and how a reflection calls one.
 LONGER_WAYS = {"longer_route": "a longer route", "unnecessary_filter": "an unnecessary filter"}
-_AXTREE_ELEMENT = re.compile(r'^\s*(\w+) "((?:[^"\\]|\\.)*)" \[(\d+)\]', re.MULTILINE)
 
 
 class TeacherImperfections(BaseModel):
@@ -91,9 +90,9 @@ def describe_taken(step: Step) -> str | None:
         return None
     if action.element is None:
         return describe(action.type.value, None, None, action.argument)
-    for role, name, element_id in _AXTREE_ELEMENT.findall(step.axtree or ""):
-        if int(element_id) == action.element:
-            return describe(action.type.value, role, name.replace('\\"', '"'), action.argument, action.submit)
+    for element in parse_axtree(step.axtree or ""):
+        if element.id == action.element:
+            return describe(action.type.value, element.role, element.name, action.argument, action.submit)
     return None
 
 

@@ -248,7 +248,7 @@ def step_kind(reference_action: str, axtree: str, instruction: str) -> str:
     ``click link the task names``: picking the restaurant, job or product the task asks for out of a list, where
     the policy must match a name rather than follow the page."""
     from rmsweb_kedro.contracts.actions import parse_action
-    from rmsweb_kedro.web.browser import parse_axtree
+    from rmsweb_kedro.contracts.pagetree import parse_axtree
 
     action = parse_action(reference_action)
     element = next((e for e in parse_axtree(axtree) if e.id == action.element), None)
@@ -426,10 +426,10 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
     so the step after it is where the episode may leave the reference. All null for a success, an environment
     failure, a task without a reference, or an episode that never left it."""
     from rmsweb_kedro.contracts.actions import format_action, matches_any
+    from rmsweb_kedro.contracts.pagetree import parse_axtree
     from rmsweb_kedro.contracts.schema import Observation
     from rmsweb_kedro.measures.mining import FailureMode, classify_failure
     from rmsweb_kedro.trajectories.augmentation import COPIED_ARGUMENT_TYPES
-    from rmsweb_kedro.web.browser import parse_axtree
     from rmsweb_kedro.web.sandbox.reference import TargetNotFound, resolve_equivalents, resolve_step
 
     def resolved(reference: dict[str, Any], page: Observation) -> list[Any]:
