@@ -16,7 +16,6 @@ except the judge, which is the task's checker.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +24,7 @@ from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.contracts.actions import Action, ActionType, format_reply, normalize_text
 from rmsweb_kedro.contracts.pagetree import parse_axtree
 from rmsweb_kedro.contracts.schema import Observation, Step, Task, Usage, Verdict
+from rmsweb_kedro.contracts.seeding import seeded_rng
 
 DETOUR = "dead_end"
 SKIP = "skip_filter"
@@ -122,9 +122,9 @@ class ScriptedTeacher:
             return self._plans[key]
         if not task.reference_solution:
             raise ValueError(f"task {task.id}: no reference_solution; the scripted teacher needs one")
-        rng = random.Random(f"{self.seed}:{task.id}")
+        rng = seeded_rng(self.seed, task.id)
         # its own stream, so the other draws stay what they were before longer ways existed
-        longer_rng = random.Random(f"{self.seed}:{task.id}:longer")
+        longer_rng = seeded_rng(self.seed, task.id, "longer")
         lessons = normalize_text(" ".join(reflections))
         # a reflection that called a step a longer way rules out every way of that kind
         ruled_out = {kind for kind, words in LONGER_WAYS.items() if normalize_text(f"({words})") in lessons}

@@ -13,7 +13,6 @@ success summary). A library module: typed configs, no catalog names, no ``params
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.factory import PolicySpec, managed_policy
 from rmsweb_kedro.contracts.schema import EPISODE_STEP_SCHEMA, episode_step_rows, trajectory_row
-from rmsweb_kedro.contracts.seeding import draw_states
+from rmsweb_kedro.contracts.seeding import draw_states, draw_up_to, seeded_rng
 from rmsweb_kedro.judges.choice import JudgeSpecConfig
 from rmsweb_kedro.measures.reporting import wilson_interval
 from rmsweb_kedro.measures.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
@@ -329,16 +328,9 @@ def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
     pool = sorted((t for t in tasks if t.split in online.splits), key=lambda t: t.id)
     seen = [t for t in pool if t.site not in online.held_out_sites]
     held_out = [t for t in pool if t.site in online.held_out_sites]
-    rng = random.Random(seed)
-
-    def draw(candidates: list, cap: int | None) -> list:
-        return (
-            candidates
-            if cap is None or len(candidates) <= cap
-            else sorted(rng.sample(candidates, cap), key=lambda t: t.id)
-        )
-
-    return draw(seen, online.max_tasks) + draw(held_out, online.max_held_out_tasks)
+    rng = seeded_rng(seed)  # one stream: the held-out sites' draw follows the training sites' one
+    chosen = draw_up_to(seen, online.max_tasks, rng, key=lambda t: t.id)
+    return chosen + draw_up_to(held_out, online.max_held_out_tasks, rng, key=lambda t: t.id)
 
 
 def run_online(
@@ -486,6 +478,7 @@ def _seeded(policy: Any) -> Any:
     def agent(seed: int) -> Any:
         import torch
 
+        # torch's global generator, not contracts.seeding: a local policy's sampled decoding draws from it
         torch.manual_seed(seed)
         return policy
 

@@ -26,7 +26,6 @@ environment's error), the same taxonomy seen at the episode's end.
 from __future__ import annotations
 
 import math
-import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -56,6 +55,7 @@ from rmsweb_kedro.contracts.schema import (
     Trajectory,
     conform_states,
 )
+from rmsweb_kedro.contracts.seeding import draw_up_to, seeded_rng
 
 
 class FailureMode(StrEnum):
@@ -344,11 +344,11 @@ def select_states(
     if cap is not None and n_critical > cap - round(cap * ballast_share):
         n_critical = cap - round(cap * ballast_share)
     n_ballast = min(routine.height, round(n_critical * ballast_share / (1.0 - ballast_share)))
-    rows = random.Random(seed).sample(range(routine.height), n_ballast)
+    rows = draw_up_to(range(routine.height), n_ballast, seeded_rng(seed))
     return pl.concat(
         [
             critical.head(n_critical).with_columns(pl.lit("critical").alias("selection")),
-            routine[sorted(rows)].with_columns(pl.lit("ballast").alias("selection")),
+            routine[rows].with_columns(pl.lit("ballast").alias("selection")),
         ]
     )
 
