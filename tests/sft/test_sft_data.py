@@ -143,6 +143,8 @@ def test_probe_fraction_zero_is_the_two_way_split_with_an_empty_probe_pool(tiny_
     # the same rows, in the same order, as the two-way split Salvage-DS uses
     two_way = states_split_by_task(states, 0.25, 3)
     assert train.equals(two_way[0]) and val.equals(two_way[1])
+    named = states_split_by_task(states, {"held_out": 0.25}, 3)  # one fraction: one part of that name
+    assert len(named) == 2 and named[0].equals(train) and named[1].equals(val)
     stats = describe_states(train, val, probe, dev, {"probe_fraction": 0.0})
     assert stats["probe"]["samples"] == 0 and stats["split"]["probe_fraction"] == 0.0
 

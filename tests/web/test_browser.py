@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from rmsweb_kedro.agents.reference import ReferenceAgent, play_reference
+from rmsweb_kedro.agents.scripted import describe, describe_taken
 from rmsweb_kedro.contracts.actions import Action, parse_action
-from rmsweb_kedro.contracts.schema import Task
+from rmsweb_kedro.contracts.pagetree import parse_axtree
+from rmsweb_kedro.contracts.schema import Step, Task
 from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles, run_rollouts
 from rmsweb_kedro.judges.sandbox import SandboxJudge
-from rmsweb_kedro.web.browser import BrowserEnv, format_axtree, parse_axtree
+from rmsweb_kedro.web.browser import BrowserEnv, format_axtree
 from rmsweb_kedro.web.sandbox import SandboxServer, check, find_element, resolve_step
 
 pytestmark = pytest.mark.browser
@@ -95,6 +97,40 @@ def test_observation_format_and_stable_ids(browser_env: BrowserEnv, sandbox_task
     item = {"kind": "element", "id": 9, "role": "link", "name": 'Say "hi" \\ bye', "value": None, "tag": "a"}
     text, _ = format_axtree([{**item, "bbox": [0, 0, 1, 1]}])
     assert text == 'link "Say \\"hi\\" \\\\ bye" [9]' and parse_axtree(text)[0].name == 'Say "hi" \\ bye'
+
+
+def test_every_page_tree_of_the_reference_solutions_reads_back_through_the_one_parser(
+    browser_env: BrowserEnv, sandbox_task_list: list[Task]
+) -> None:
+    """One task of every template, each reference step played in Chromium: on every page the browser wrote, the
+    page-tree parser (contracts/pagetree.py) finds exactly the observation's elements (id, role, name; the value the
+    line carries), no text line parses as one, and the scripted reflector names each step's target as the page
+    did."""
+    pages = lines = 0
+    for template in sorted({t.metadata["template"] for t in sandbox_task_list}):
+        task = task_of(sandbox_task_list, template)
+        observation = browser_env.reset(task)
+        for step in task.reference_solution:
+            parsed = parse_axtree(observation.axtree)
+            assert [(e.id, e.role, e.name) for e in parsed] == [
+                (e.id, e.role, e.name) for e in observation.elements
+            ], (task.id, observation.url)
+            # the same list: so no text line parsed as an element, and no element line was missed
+            values = {e.id: e.value for e in observation.elements}
+            assert all(e.value == values[e.id] for e in parsed if e.role == "combobox"), task.id
+            lines += len(observation.axtree.splitlines())
+            action = resolve_step(step, observation)
+            if action.element is not None:
+                target = next(e for e in observation.elements if e.id == action.element)
+                taken = Step(index=0, url=observation.url, axtree=observation.axtree, action=action)
+                expected = describe(
+                    action.type.value, target.role, target.name, action.argument, action.submit
+                )
+                assert describe_taken(taken) == expected, (task.id, action)
+            pages += 1
+            observation = browser_env.step(action)
+            assert observation.error is None, (task.id, observation.error)
+    assert pages > 50 and lines > 500, (pages, lines)
 
 
 def test_agent_mistakes_become_errors_not_exceptions(

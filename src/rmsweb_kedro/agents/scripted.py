@@ -16,21 +16,20 @@ except the judge, which is the task's checker.
 
 from __future__ import annotations
 
-import random
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.base import Decision
 from rmsweb_kedro.contracts.actions import Action, ActionType, format_reply, normalize_text
+from rmsweb_kedro.contracts.pagetree import parse_axtree
 from rmsweb_kedro.contracts.schema import Observation, Step, Task, Usage, Verdict
+from rmsweb_kedro.contracts.seeding import seeded_rng
 
 DETOUR = "dead_end"
 SKIP = "skip_filter"
 #: The longer ways a reference step may offer (``tasks.longer``) and how a reflection calls one.
 LONGER_WAYS = {"longer_route": "a longer route", "unnecessary_filter": "an unnecessary filter"}
-_AXTREE_ELEMENT = re.compile(r'^\s*(\w+) "((?:[^"\\]|\\.)*)" \[(\d+)\]', re.MULTILINE)
 
 
 class TeacherImperfections(BaseModel):
@@ -91,9 +90,9 @@ def describe_taken(step: Step) -> str | None:
         return None
     if action.element is None:
         return describe(action.type.value, None, None, action.argument)
-    for role, name, element_id in _AXTREE_ELEMENT.findall(step.axtree or ""):
-        if int(element_id) == action.element:
-            return describe(action.type.value, role, name.replace('\\"', '"'), action.argument, action.submit)
+    for element in parse_axtree(step.axtree or ""):
+        if element.id == action.element:
+            return describe(action.type.value, element.role, element.name, action.argument, action.submit)
     return None
 
 
@@ -123,9 +122,9 @@ class ScriptedTeacher:
             return self._plans[key]
         if not task.reference_solution:
             raise ValueError(f"task {task.id}: no reference_solution; the scripted teacher needs one")
-        rng = random.Random(f"{self.seed}:{task.id}")
+        rng = seeded_rng(self.seed, task.id)
         # its own stream, so the other draws stay what they were before longer ways existed
-        longer_rng = random.Random(f"{self.seed}:{task.id}:longer")
+        longer_rng = seeded_rng(self.seed, task.id, "longer")
         lessons = normalize_text(" ".join(reflections))
         # a reflection that called a step a longer way rules out every way of that kind
         ruled_out = {kind for kind, words in LONGER_WAYS.items() if normalize_text(f"({words})") in lessons}

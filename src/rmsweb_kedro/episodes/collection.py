@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.agents.factory import ReflectorSpec, TeacherSpec
 from rmsweb_kedro.contracts.schema import COLLECTION_LOG_SCHEMA, Task, Trajectory, trajectory_row
+from rmsweb_kedro.contracts.seeding import shuffled
 from rmsweb_kedro.episodes.episode import EpisodeSettings
 from rmsweb_kedro.episodes.rollouts import (
     Attempts,
@@ -95,9 +96,9 @@ def select_tasks(tasks: pl.DataFrame, params: CollectParams) -> pl.DataFrame:
         tasks = tasks.filter(pl.col("split") == params.split)
     if params.max_tasks is not None and tasks.height > params.max_tasks:
         # shuffled first, so each template's share is a seeded draw, not its first ids
-        shuffled = tasks.sort("id").sample(fraction=1.0, shuffle=True, seed=params.seed)
+        order = shuffled(tasks.sort("id"), params.seed)
         template = pl.col("metadata").str.json_path_match("$.template").fill_null(pl.col("site"))
-        ranked = shuffled.with_columns(template.alias("_template")).with_columns(
+        ranked = order.with_columns(template.alias("_template")).with_columns(
             pl.int_range(pl.len()).over("_template").alias("_rank")
         )
         tasks = (

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import time
 from collections import Counter
 
 from rmsweb_kedro.agents.reference import ReferenceAgent
+from rmsweb_kedro.contracts.pagetree import parse_axtree
 from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles, run_rollouts
 from rmsweb_kedro.judges.sandbox import SandboxJudge
 from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
-
-#: An interactive element's line in an axtree: ``role "name" [id]`` (then maybe its value).
-ELEMENT_LINE = re.compile(r'" \[\d+\](?: |$)', re.MULTILINE)
 
 
 def solve(envs: int, seed: int, limit: int | None, split: str | None) -> int:
@@ -46,7 +43,7 @@ def solve(envs: int, seed: int, limit: int | None, split: str | None) -> int:
             f"  {template:18s} {by_template[(template, True)]}/{by_template[(template, True)] + by_template[(template, False)]}"
         )
     chars = sorted(len(s.axtree) for (run,) in results for s in run.steps)
-    elements = sorted(len(ELEMENT_LINE.findall(s.axtree)) for (run,) in results for s in run.steps)
+    elements = sorted(len(parse_axtree(s.axtree)) for (run,) in results for s in run.steps)
     if chars:
         print(
             f"observations: axtree median {chars[len(chars) // 2]} chars (max {chars[-1]}), "

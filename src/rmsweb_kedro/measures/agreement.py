@@ -9,7 +9,6 @@ bootstrap over episodes for kappa, which has no simple closed form at small n.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from rmsweb_kedro.contracts.schema import Trajectory
+from rmsweb_kedro.contracts.seeding import sample_rows, seeded_rng
 from rmsweb_kedro.measures.mining import classify_episode
 from rmsweb_kedro.measures.reporting import wilson_interval
 
@@ -38,7 +38,7 @@ def stratified_sample(
     parts = []
     for _, part in sorted(frame.group_by(list(strata)), key=lambda item: tuple(str(v) for v in item[0])):
         take = min(per_stratum, part.height)
-        parts.append(part.sample(n=take, shuffle=True, seed=seed) if take < part.height else part)
+        parts.append(sample_rows(part, take, seed) if take < part.height else part)
     return pl.concat(parts)
 
 
@@ -57,7 +57,9 @@ def cohen_kappa(truth: Sequence[bool], judged: Sequence[bool]) -> float | None:
 def _kappa_interval(
     truth: Sequence[bool], judged: Sequence[bool], confidence: float, n_boot: int, seed: int
 ) -> tuple[float | None, float | None]:
-    rng, n = random.Random(seed), len(truth)
+    # Python's generator, index by index, not seeding.bootstrap_indices (numpy's): the agreement tables' intervals
+    # were drawn this way
+    rng, n = seeded_rng(seed), len(truth)
     values = []
     for _ in range(n_boot):
         idx = [rng.randrange(n) for _ in range(n)]

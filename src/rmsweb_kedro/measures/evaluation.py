@@ -13,7 +13,6 @@ success summary). A library module: typed configs, no catalog names, no ``params
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.agents.factory import PolicySpec, managed_policy
 from rmsweb_kedro.contracts.schema import EPISODE_STEP_SCHEMA, episode_step_rows, trajectory_row
-from rmsweb_kedro.contracts.seeding import draw_states
+from rmsweb_kedro.contracts.seeding import draw_states, draw_up_to, seeded_rng
 from rmsweb_kedro.judges.choice import JudgeSpecConfig
 from rmsweb_kedro.measures.reporting import wilson_interval
 from rmsweb_kedro.measures.scoring import STEP_METRICS, STEP_SCHEMA, step_rates
@@ -248,7 +247,7 @@ def step_kind(reference_action: str, axtree: str, instruction: str) -> str:
     ``click link the task names``: picking the restaurant, job or product the task asks for out of a list, where
     the policy must match a name rather than follow the page."""
     from rmsweb_kedro.contracts.actions import parse_action
-    from rmsweb_kedro.web.browser import parse_axtree
+    from rmsweb_kedro.contracts.pagetree import parse_axtree
 
     action = parse_action(reference_action)
     element = next((e for e in parse_axtree(axtree) if e.id == action.element), None)
@@ -329,16 +328,9 @@ def select_online_tasks(tasks: list, online: OnlineParams, seed: int) -> list:
     pool = sorted((t for t in tasks if t.split in online.splits), key=lambda t: t.id)
     seen = [t for t in pool if t.site not in online.held_out_sites]
     held_out = [t for t in pool if t.site in online.held_out_sites]
-    rng = random.Random(seed)
-
-    def draw(candidates: list, cap: int | None) -> list:
-        return (
-            candidates
-            if cap is None or len(candidates) <= cap
-            else sorted(rng.sample(candidates, cap), key=lambda t: t.id)
-        )
-
-    return draw(seen, online.max_tasks) + draw(held_out, online.max_held_out_tasks)
+    rng = seeded_rng(seed)  # one stream: the held-out sites' draw follows the training sites' one
+    chosen = draw_up_to(seen, online.max_tasks, rng, key=lambda t: t.id)
+    return chosen + draw_up_to(held_out, online.max_held_out_tasks, rng, key=lambda t: t.id)
 
 
 def run_online(
@@ -420,16 +412,16 @@ def argument_origin(value: str, expected: str | None, instruction: str, axtree: 
 def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
     """Where a failed episode first left its task's reference solution (sandbox tasks carry one): the step, the
     action taken, the reference action there (resolved on the page the episode saw, its declared equivalents
-    accepted: ``mining.is_right``), the failure mode (``mining.classify_failure``) and, for a wrong string
+    accepted: ``actions.matches_any``), the failure mode (``mining.classify_failure``) and, for a wrong string
     argument, where the string came from (:func:`argument_origin`). A longer way a reference step offers
     (``longer_route``, ``unnecessary_filter``: docs/sandbox.md) is followed as that step: it reaches the same page,
     so the step after it is where the episode may leave the reference. All null for a success, an environment
     failure, a task without a reference, or an episode that never left it."""
-    from rmsweb_kedro.contracts.actions import format_action
+    from rmsweb_kedro.contracts.actions import format_action, matches_any
+    from rmsweb_kedro.contracts.pagetree import parse_axtree
     from rmsweb_kedro.contracts.schema import Observation
-    from rmsweb_kedro.measures.mining import FailureMode, classify_failure, is_right
+    from rmsweb_kedro.measures.mining import FailureMode, classify_failure
     from rmsweb_kedro.trajectories.augmentation import COPIED_ARGUMENT_TYPES
-    from rmsweb_kedro.web.browser import parse_axtree
     from rmsweb_kedro.web.sandbox.reference import TargetNotFound, resolve_equivalents, resolve_step
 
     def resolved(reference: dict[str, Any], page: Observation) -> list[Any]:
@@ -453,8 +445,8 @@ def reference_divergence(task: Any, trajectory: Any) -> dict[str, Any]:
         way = pending or [plan[position]]
         references = resolved(way[0], page)
         longer = [] if pending else (plan[position].get("longer") or {}).get("steps") or []
-        taken = way if is_right(step.action, references) else None
-        if taken is None and longer and is_right(step.action, resolved(longer[0], page)):
+        taken = way if matches_any(step.action, references) else None
+        if taken is None and longer and matches_any(step.action, resolved(longer[0], page)):
             taken = longer
         if taken is not None:
             pending = taken[1:]
@@ -486,6 +478,7 @@ def _seeded(policy: Any) -> Any:
     def agent(seed: int) -> Any:
         import torch
 
+        # torch's global generator, not contracts.seeding: a local policy's sampled decoding draws from it
         torch.manual_seed(seed)
         return policy
 

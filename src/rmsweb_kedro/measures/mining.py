@@ -26,7 +26,6 @@ environment's error), the same taxonomy seen at the episode's end.
 from __future__ import annotations
 
 import math
-import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -41,6 +40,7 @@ from rmsweb_kedro.contracts.actions import (
     ActionParseError,
     ActionType,
     format_action,
+    matches_any,
     normalize_url,
     parse_action,
     same_target,
@@ -55,6 +55,7 @@ from rmsweb_kedro.contracts.schema import (
     Trajectory,
     conform_states,
 )
+from rmsweb_kedro.contracts.seeding import draw_up_to, seeded_rng
 
 
 class FailureMode(StrEnum):
@@ -136,11 +137,6 @@ def _as_references(reference: Action | Sequence[Action]) -> list[Action]:
     return [reference] if isinstance(reference, Action) else list(reference)
 
 
-def is_right(action: Action | None, references: Sequence[Action]) -> bool:
-    """``action`` does what one of the reference actions does (``actions.semantically_equal``)."""
-    return any(semantically_equal(action, ref) for ref in references)
-
-
 def classify_failure(
     sample: Action | None,
     reference: Action | Sequence[Action],
@@ -161,7 +157,7 @@ def classify_failure(
     if sample is None:
         return FailureMode.INVALID_FORMAT
     references = _as_references(reference)
-    if is_right(sample, references):
+    if matches_any(sample, references):
         return None
     reference = references[0]
     if sample.type in TERMINAL and reference.type not in TERMINAL:
@@ -252,7 +248,7 @@ def score_state(
     references = _as_references(reference)
 
     def right(action: Action | None) -> bool:
-        return is_right(action, references)
+        return matches_any(action, references)
 
     def mode(sample: Sample) -> FailureMode | None:
         return classify_failure(
@@ -348,11 +344,11 @@ def select_states(
     if cap is not None and n_critical > cap - round(cap * ballast_share):
         n_critical = cap - round(cap * ballast_share)
     n_ballast = min(routine.height, round(n_critical * ballast_share / (1.0 - ballast_share)))
-    rows = random.Random(seed).sample(range(routine.height), n_ballast)
+    rows = draw_up_to(range(routine.height), n_ballast, seeded_rng(seed))
     return pl.concat(
         [
             critical.head(n_critical).with_columns(pl.lit("critical").alias("selection")),
-            routine[sorted(rows)].with_columns(pl.lit("ballast").alias("selection")),
+            routine[rows].with_columns(pl.lit("ballast").alias("selection")),
         ]
     )
 
@@ -486,7 +482,7 @@ def reference_index(references: pl.DataFrame) -> dict[tuple[str, str], list[Acti
     for row in references.iter_rows(named=True):
         actions = index.setdefault(page_key(row["url"], row["axtree"]), [])
         for action in reference_set(row):
-            if not any(semantically_equal(action, a) for a in actions):
+            if not matches_any(action, actions):
                 actions.append(action)
     return index
 
@@ -503,7 +499,7 @@ def divergences(
     for step in steps:
         key = page_key(step.url, step.axtree)
         right = index.get(key)
-        if right and key not in pages and not any(semantically_equal(step.action, a) for a in right):
+        if right and key not in pages and not matches_any(step.action, right):
             found.append((step.index, right))
             pages.add(key)
             if first_only:

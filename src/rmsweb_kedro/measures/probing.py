@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from rmsweb_kedro.contracts.schema import (
     episode_step_rows,
     trajectory_row,
 )
+from rmsweb_kedro.contracts.seeding import pool_first, sample_rows, seeded_rng
 from rmsweb_kedro.judges.choice import JudgeSpecConfig
 from rmsweb_kedro.measures.mining import MINED_COLUMNS, divergence_states, with_origin
 from rmsweb_kedro.measures.scoring import ScoringConfig, score_states
@@ -167,16 +167,19 @@ def probe_states(
 def probed_rows(corpus: pl.DataFrame, config: MiningParams) -> pl.DataFrame:
     """The corpus rows (with ``_row``, their position) to probe: up to ``max_states_probed``, with
     ``probe_pool_first`` every probe-pool state (``in_sft`` false: the SFT policy's failures there are its own, not
-    a fit to its training data) before states SFT trained on, each part drawn at random with the seed; else one
-    draw over both."""
+    a fit to its training data) before states SFT trained on, each part drawn at random with the seed
+    (``seeding.pool_first``); else one draw over both."""
     rows = corpus.with_row_index("_row")
     budget = min(corpus.height, config.max_states_probed or corpus.height)
-    if not config.probe_pool_first:
-        return rows.sample(n=budget, seed=config.seed, shuffle=True)
-    pool, trained = rows.filter(~pl.col("in_sft")), rows.filter(pl.col("in_sft"))
-    first = pool.sample(n=min(budget, pool.height), seed=config.seed, shuffle=True)
-    rest = trained.sample(n=min(budget - first.height, trained.height), seed=config.seed, shuffle=True)
-    return pl.concat([first, rest])
+    pooled = ~pl.col("in_sft") if config.probe_pool_first else pl.lit(False)
+    return pl.concat(
+        pool_first(
+            rows.filter(pooled),
+            rows.filter(~pooled),
+            budget,
+            lambda part, n: sample_rows(part, n, config.seed),  # each part its own draw from the seed
+        )
+    )
 
 
 def probe_corpus(corpus: pl.DataFrame, sft_model: Any, config: MiningParams) -> pl.DataFrame:
@@ -220,14 +223,16 @@ def task_origins(references: pl.DataFrame) -> dict[str, bool]:
 
 def draw_rollout_tasks(candidates: list[Task], origins: dict[str, bool], config: MiningParams) -> list[Task]:
     """Up to ``online.rollouts`` of ``candidates`` drawn with the seed: with ``online.probe_pool_first`` the tasks
-    SFT did not train on first, then the others; else one draw over all (the same draw when there is no probe
-    pool)."""
-    rng, n = random.Random(config.seed), config.online.rollouts
-    held_out = [t for t in candidates if not origins[t.id]] if config.online.probe_pool_first else []
-    first = rng.sample(held_out, min(n, len(held_out))) if held_out else []
-    drawn = {t.id for t in first}
-    rest = [t for t in candidates if t.id not in drawn]
-    return first + rng.sample(rest, min(n - len(first), len(rest)))
+    SFT did not train on first, then the others (``seeding.pool_first``, one generator for both); else one draw
+    over all (the same draw when there is no probe pool)."""
+
+    def pooled(task: Task) -> bool:
+        return config.online.probe_pool_first and not origins[task.id]
+
+    pool = [t for t in candidates if pooled(t)]
+    rest = [t for t in candidates if not pooled(t)]
+    first, then = pool_first(pool, rest, config.online.rollouts, seeded_rng(config.seed).sample)  # one stream
+    return first + then
 
 
 def probe_online(

@@ -15,6 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from rmsweb_kedro.contracts.seeding import bootstrap_indices
+
 # ---------------------------------------------------------------- figures
 
 
@@ -152,16 +154,16 @@ def paired_bootstrap(
     confidence: float = 0.95,
 ) -> tuple[float | None, float | None]:
     """Percentile interval of ``statistic(first, second)`` by the paired bootstrap: ``resamples`` draws of n pairs
-    with replacement (numpy generator seeded with ``seed``), the statistic of each (``statistic`` takes two
-    ``(resamples, n)`` arrays and returns ``resamples`` values), and the (1 -/+ confidence)/2 quantiles of those.
-    ``(None, None)`` under 2 pairs (nothing to resample)."""
+    with replacement (``seeding.bootstrap_indices``: numpy's generator seeded with ``seed``), the statistic of each
+    (``statistic`` takes two ``(resamples, n)`` arrays and returns ``resamples`` values), and the (1 -/+
+    confidence)/2 quantiles of those. ``(None, None)`` under 2 pairs (nothing to resample)."""
     import numpy as np
 
     if len(first) != len(second):
         raise ValueError(f"paired_bootstrap: {len(first)} first values against {len(second)} second ones")
     if len(first) < 2:
         return None, None
-    rows = np.random.default_rng(seed).integers(0, len(first), size=(resamples, len(first)))
+    (rows,) = bootstrap_indices(seed, resamples, len(first))
     values = statistic(np.asarray(first, dtype=float)[rows], np.asarray(second, dtype=float)[rows])
     low, high = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(low), float(high)
@@ -184,9 +186,7 @@ def pooled_seed_bootstrap(
     items, seeds = grid.shape
     if items < 2:
         return None, None
-    rng = np.random.default_rng(seed)
-    rows = rng.integers(0, items, size=(resamples, items))
-    columns = rng.integers(0, seeds, size=(resamples, seeds))
+    rows, columns = bootstrap_indices(seed, resamples, items, seeds)  # one generator: the items' draw first
     values = grid[rows[:, :, None], columns[:, None, :]].mean(axis=(1, 2))
     low, high = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(low), float(high)

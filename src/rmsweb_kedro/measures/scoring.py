@@ -11,7 +11,7 @@ metrics of Mind2Web-style offline evaluation, and, with ``k`` > 0 sampled replie
 ``element_match``          it acts on the reference's element or point; null where the reference targets none
 ``argument_match``         same type and the same normalised argument (text, option, key, url, answer...); null
                            where the reference carries none
-``step_success``           it *does* what a reference does (``actions.semantically_equal``)
+``step_success``           it *does* what a reference does (``actions.matches_any``)
 ``competence``             share of the ``k`` sampled replies that do what a reference does (null when k = 0)
 ``valid_rate``             share of the ``k`` sampled replies that parse (null when k = 0)
 ``failure_mode``           ``mining.classify_failure`` of the greedy reply when it is wrong, else of the most frequent
@@ -46,6 +46,7 @@ from rmsweb_kedro.contracts.actions import (
     Action,
     ActionParseError,
     format_action,
+    matches_any,
     normalized_argument,
     parse_action,
     same_target,
@@ -55,7 +56,6 @@ from rmsweb_kedro.measures.mining import (
     FailureMode,
     Sample,
     classify_failure,
-    is_right,
     parse_history,
     score_state,
 )
@@ -182,7 +182,7 @@ def step_score(
         argument_match=(same_type and normalized_argument(predicted) == normalized_argument(first))
         if with_argument
         else None,
-        step_success=is_right(predicted, references),
+        step_success=matches_any(predicted, references),
         predicted=predicted,
         failure_mode=mode,
     )
@@ -201,12 +201,6 @@ def score_step(reference: str | Action, reply: str | None) -> StepScore:
     except ActionParseError as err:
         predicted, error = None, err.reason
     return step_score([reference], predicted, error)
-
-
-def reference_actions(state: dict[str, Any]) -> list[Action]:
-    """The actions that count as right at a STATE row: its ``reference_action`` and ``equivalent_actions``
-    (``schema.reference_set``); a clear error naming the state and field when one does not parse."""
-    return reference_set(state)
 
 
 # ---------------------------------------------------------------- rates
@@ -301,12 +295,12 @@ def score_states(
     progress: bool = False,
 ) -> pl.DataFrame:
     """Score ``policy`` (an agents.base.Policy) on ``states`` (STATE rows as dicts): one :data:`SCORED_SCHEMA`
-    row per state, in order. ``references`` (one list per state) overrides :func:`reference_actions`; a reference
+    row per state, in order. ``references`` (one list per state) overrides ``schema.reference_set`` of each; a reference
     that does not parse raises naming the state."""
     from tqdm.auto import tqdm
 
     config = ScoringConfig.model_validate(config or {})
-    references = [reference_actions(state) for state in states] if references is None else list(references)
+    references = [reference_set(state) for state in states] if references is None else list(references)
     if len(references) != len(states):
         raise ValueError(f"{len(references)} reference sets for {len(states)} states")
     rows = []

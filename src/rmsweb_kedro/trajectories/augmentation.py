@@ -26,6 +26,7 @@ from rmsweb_kedro.contracts.actions import (
     format_action,
     parse_action,
 )
+from rmsweb_kedro.contracts.seeding import seeded_rng
 
 #: The action types whose main argument (``Action.argument``) is a string the policy copies from the task or the
 #: page (evaluation's first wrong step asks the same of a wrong argument).
@@ -89,7 +90,7 @@ def augment_states(
     """``copies`` swapped copies of every state with a copied argument (state ids get ``#swap<k>``); the
     replacement is another state's argument of the same action type with probability ``pool_share``, else a
     fresh string of the same shape. The originals are not included."""
-    rng = random.Random(seed)
+    rng = seeded_rng(seed)
     found = [(state, copied_argument(state)) for state in states]
     pools: dict[ActionType, list[str]] = {}
     for _, hit in found:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -73,20 +74,18 @@ def _task_rank(task_id: str, seed: int) -> str:
     return hashlib.sha256(f"{seed}:{task_id}".encode()).hexdigest()
 
 
-def split_by_task(states: pl.DataFrame, val_fraction: float, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Train and val states with no task on both sides: a seeded hash order of task ids, the first
-    ``val_fraction`` of tasks (at least one when there are two or more) held out (:func:`split_parts` with no
-    other part)."""
-    train, val = split_parts(states, {"val": val_fraction}, seed)
-    return train, val
+def split_by_task(
+    states: pl.DataFrame, held_out: float | Mapping[str, float], seed: int
+) -> tuple[pl.DataFrame, ...]:
+    """Holding out whole tasks, the one way: ``(train, *parts)``, each task in exactly one part.
 
-
-def split_parts(states: pl.DataFrame, fractions: dict[str, float], seed: int) -> tuple[pl.DataFrame, ...]:
-    """``(train, *parts)``: each task in exactly one part. Tasks in a seeded hash order; each held-out part in the
-    order of ``fractions`` takes the next ``fraction`` of all tasks (at least one when the fraction is positive and
-    two tasks are left; never the last train task), the rest is train. The sft_data parts are ``val``, ``probe``
-    and ``dev`` in that order, so a part never moves a task in or out of the parts before it: val is the same at
-    every probe and dev fraction, the probe pool at every dev fraction."""
+    ``held_out`` is one fraction (``(train, held_out)``: Salvage-DS's critical states) or named fractions in order
+    (sft_data's ``{"val": ..., "probe": ..., "dev": ...}``: ``(train, val, probe, dev)``). Tasks go in a seeded hash
+    order (SHA-256 of ``seed:task_id``); each held-out part in order takes the next ``fraction`` of all tasks (at
+    least one when the fraction is positive and two tasks are left; a part after the first never takes the last
+    train task), the rest is train. So a part never moves a task in or out of the parts before it: val is the same
+    at every probe and dev fraction, the probe pool at every dev fraction."""
+    fractions = {"held_out": held_out} if isinstance(held_out, int | float) else dict(held_out)
     total = sum(fractions.values())
     if total >= 1:
         raise ValueError(

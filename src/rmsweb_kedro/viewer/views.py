@@ -425,9 +425,11 @@ def mining_states(run: Run, page: int = 0, failure_mode: str | None = None) -> t
 
 def mining_state(run: Run, state_id: str) -> dict[str, Any] | None:
     """One state: the reference action, the greedy action, each of the K samples with its polarized reward
-    (``salvage_ds.algorithm`` r_pos, r_neg, r_invalid, as ``polarized_reward`` gives them) and failure mode, the
-    competence, and whether SFT trained on it."""
-    from rmsweb_kedro.contracts.actions import ActionParseError, matches_any, parse_action
+    (``actions.polarized_reward`` against the state's reference set, with the run's ``salvage_ds.algorithm``
+    r_pos, r_neg and r_invalid, else the defaults) and failure mode, the competence, and whether SFT trained on
+    it."""
+    from rmsweb_kedro.contracts.actions import ActionParseError, parse_action, polarized_reward
+    from rmsweb_kedro.contracts.schema import reference_set
     from rmsweb_kedro.measures.mining import classify_failure
 
     need = ["state_id", "reference_action", "greedy_action", "sampled_actions", "competence", "in_sft"]
@@ -448,19 +450,16 @@ def mining_state(run: Run, state_id: str) -> dict[str, Any] | None:
         except ActionParseError:
             return None
 
-    references = [parse_action(state["reference_action"])]
-    references += [parse_action(a) for a in state.get("equivalent_actions") or []]
+    references = reference_set(state)
     previous = [a for a in (parsed(t) for t in state.get("previous_actions") or []) if a is not None]
+    # the run's reward symbols where its parameters name them; polarized_reward's defaults are SalvageDSParams'
     algorithm = (run.params.get("salvage_ds") or {}).get("algorithm") or {}
-    r_pos, r_neg, r_invalid = (
-        algorithm.get(k, d) for k, d in (("r_pos", 1.0), ("r_neg", -1.0), ("r_invalid", -1.0))
-    )
+    symbols = {k: algorithm[k] for k in ("r_pos", "r_neg", "r_invalid") if k in algorithm}
     samples = []
     for text in state["sampled_actions"] or []:
         action = parsed(text)
-        right = action is not None and matches_any(action, references)
         mode = classify_failure(action, references, previous, state_url=state.get("url"))
-        reward = r_invalid if action is None else (r_pos if right else r_neg)
+        reward = polarized_reward(action, references, **symbols)
         samples.append({"action": text, "reward": reward, "failure_mode": mode.value if mode else None})
     shot = state.get("screenshot")
     # corpus states name it from the raw folder; online ones from the prompt's image root (the project)

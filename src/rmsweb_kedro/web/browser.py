@@ -126,7 +126,8 @@ class BrowserConfig(BaseModel):
 
 
 def format_axtree(items: list[dict[str, Any]]) -> tuple[str, list[Element]]:
-    """Snapshot items -> axtree text (``role "name" [id]``) and the interactive elements."""
+    """Snapshot items -> axtree text (``role "name" [id]``: the grammar of ``contracts/pagetree.py``, which reads a
+    recorded tree back) and the interactive elements."""
     lines, elements = [], []
     for item in items:
         if item["kind"] != "element":
@@ -152,29 +153,6 @@ def format_axtree(items: list[dict[str, Any]]) -> tuple[str, list[Element]]:
 
 def _quoted(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-_ELEMENT_LINE = re.compile(r'^(\S+) "((?:[^"\\]|\\.)*)" \[(\d+)\](?: value="((?:[^"\\]|\\.)*)")?')
-_UNQUOTE = re.compile(r"\\(.)")
-
-
-def parse_axtree(axtree: str) -> list[Element]:
-    """The interactive elements of an axtree text written by :func:`format_axtree` (id, role, name, value), for
-    a recorded step whose observation kept only the text."""
-    elements = []
-    for line in axtree.splitlines():
-        found = _ELEMENT_LINE.match(line)
-        if found:
-            role, name, element_id, value = found.groups()
-            elements.append(
-                Element(
-                    id=int(element_id),
-                    role=role,
-                    name=_UNQUOTE.sub(r"\1", name),
-                    value=None if value is None else _UNQUOTE.sub(r"\1", value),
-                )
-            )
-    return elements
 
 
 #: ``resolver(host) -> addresses``: what the open web's private-network rule decides on (tests inject one).

@@ -7,7 +7,6 @@ per benchmark. Parameters: ``params:live`` (conf/base/parameters_live.yml); the 
 from __future__ import annotations
 
 import logging
-import random
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from rmsweb_kedro.contracts.schema import (
     tasks_to_frame,
     trajectory_row,
 )
+from rmsweb_kedro.contracts.seeding import draw_up_to, seeded_rng
 from rmsweb_kedro.episodes.critical import CriticalPoints
 from rmsweb_kedro.episodes.live import protocol_label, run_live
 from rmsweb_kedro.episodes.rollouts import Journal, Roles, fingerprint
@@ -79,9 +79,8 @@ def select_live_tasks(
         if name not in config.benchmarks:
             continue
         tasks = sorted(result.tasks, key=lambda t: t.id)
-        cap = config.max_tasks_per_benchmark
-        if cap is not None and len(tasks) > cap:
-            tasks = sorted(random.Random(config.seed).sample(tasks, cap), key=lambda t: t.id)
+        rng = seeded_rng(config.seed)  # each benchmark's draw from the seed afresh
+        tasks = draw_up_to(tasks, config.max_tasks_per_benchmark, rng, key=lambda t: t.id)
         chosen += tasks
         report[name]["selected"] = len(tasks)
     logger.info("live: %d tasks from %s", len(chosen), config.benchmarks)

@@ -49,11 +49,11 @@ def split_by_task(
     sft_states: pl.DataFrame, params: dict[str, Any]
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Train, val, probe and dev states, each task in exactly one part (``val_fraction``, ``probe_fraction`` and
-    ``dev_fraction`` of the tasks, seeded; :func:`rmsweb_kedro.trajectories.states.split_parts`). A fraction of 0
+    ``dev_fraction`` of the tasks, seeded; :func:`rmsweb_kedro.trajectories.states.split_by_task`). A fraction of 0
     leaves its part empty; val and the probe pool do not depend on the dev fraction."""
     config = SFTDataParams.model_validate(params)
     fractions = {"val": config.val_fraction, "probe": config.probe_fraction, "dev": config.dev_fraction}
-    return states.split_parts(sft_states, fractions, config.seed)
+    return states.split_by_task(sft_states, fractions, config.seed)
 
 
 def describe_states(
