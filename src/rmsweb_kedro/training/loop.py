@@ -1,4 +1,4 @@
-"""One Accelerate training loop, shared by SFT (training/sft.py) and Salvage-DS (training/salvage_ds.py).
+"""One Accelerate training loop, shared by SFT (training/sft.py) and Salvage-DS (training/salvage_ds/).
 
 A trainer supplies only what differs: the samples, a ``collate`` that turns a list of samples into a batch of
 tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy trainer (Salvage-DS) also supplies a
@@ -83,6 +83,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rmsweb_kedro.runs.tracking import log_step
+from rmsweb_kedro.training.distributed import is_sharded, rank_and_world
 
 logger = logging.getLogger(__name__)
 
@@ -417,11 +418,31 @@ def check_resumable(output_dir: Path, identity: dict[str, Any]) -> None:
         )
 
 
-def _checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+def complete_checkpoints(output_dir: Path) -> list[Path]:
+    """The complete checkpoints under ``output_dir/checkpoints``, oldest first."""
     root = output_dir / "checkpoints"
     found = [p for p in root.glob("step_*") if (p / _COMPLETE).exists()] if root.exists() else []
     return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def resumes(config: LoopConfig) -> bool:
+    """Whether a run of ``config`` continues an earlier one: ``resume`` is on and ``output_dir`` holds a complete
+    checkpoint (otherwise it starts afresh, whatever ``resume`` says)."""
+    return config.resume and bool(complete_checkpoints(Path(config.output_dir)))
+
+
+def clear_earlier_run(*paths: Path, resume: bool) -> None:
+    """A fresh run's cleanup: unless ``resume``, delete what an earlier run left at ``paths`` (folders or files),
+    so its records do not mix with this run's. Each site passes what keeps its outputs: ``loop.resume`` for the
+    loop's checkpoints and the ``salvage_ds`` node's seed folder, :func:`resumes` for a trainer's own log that only
+    a run continued from a checkpoint may append to (Salvage-DS's groups)."""
+    if resume:
+        return
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _rollout_file(path: Path, rank: int) -> Path:
@@ -449,7 +470,7 @@ def _save_checkpoint(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (path / _COMPLETE).write_text(str(state.step))
-        for old in _checkpoints(output_dir)[:-keep]:
+        for old in complete_checkpoints(output_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
         with open(output_dir / "history.jsonl", "w") as handle:
             handle.writelines(json.dumps(row) + "\n" for row in state.history)
@@ -469,7 +490,7 @@ def evaluate(
     import torch
 
     model.eval()
-    rank, world = accelerator.process_index, accelerator.num_processes
+    rank, world = rank_and_world(accelerator)
     indices = list(range(rank, len(samples), world))
     batches = [indices[i : i + config.batch_size] for i in range(0, len(indices), config.batch_size)]
     # Every process runs as many batches as the one with most (sharded weights gather in every forward, so a
@@ -531,20 +552,13 @@ def _mean_over_processes(values: dict[str, float], summed: set[str], accelerator
     return {k: v if k in summed else v / world for k, v in zip(keys, total, strict=True)}
 
 
-def _sharded(accelerator) -> bool:
-    """True when no process holds all the weights (FSDP, DeepSpeed): generation then needs every process."""
-    from accelerate.utils import DistributedType
-
-    return accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-
-
 def _run_eval_fn(eval_fn: Callable[[Any], dict[str, float]], model, accelerator) -> dict[str, float]:
     """``eval_fn`` once: on the main process, its metrics broadcast to the others; with sharded weights on every
     process together (each forward gathers the shards; generation is synced, see ``train_loop``)."""
     from accelerate.utils import broadcast_object_list
 
     unwrapped = accelerator.unwrap_model(model)
-    if _sharded(accelerator) or accelerator.num_processes == 1:
+    if is_sharded(accelerator) or accelerator.num_processes == 1:
         return eval_fn(unwrapped)
     metrics = [eval_fn(unwrapped) if accelerator.is_main_process else None]
     broadcast_object_list(metrics, from_process=0)
@@ -672,7 +686,7 @@ def _ready_for_generation(model, config: LoopConfig, accelerator) -> None:
     """Sharded weights (FSDP, DeepSpeed): synced generation on, and FSDP2's root unit set by one forward."""
     import torch
 
-    if _sharded(accelerator):
+    if is_sharded(accelerator):
         budget, accum = config.micro_batch_tokens, config.gradient_accumulation_steps
         if accelerator.distributed_type.name == "DEEPSPEED" and (accum > 1 or budget is not None):
             raise ValueError(
@@ -695,10 +709,10 @@ def _ready_for_generation(model, config: LoopConfig, accelerator) -> None:
 def _resume(run: _Run, job: dict[str, Any] | None) -> None:
     """A fresh run deletes an earlier run's checkpoints; a resumed one (same data and job) loads its last."""
     config, accelerator, output_dir = run.config, run.accelerator, run.output_dir
-    if not config.resume and accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
-        shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+    if accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
+        clear_earlier_run(output_dir / "checkpoints", resume=config.resume)
     accelerator.wait_for_everyone()
-    checkpoints = _checkpoints(output_dir) if config.resume else []
+    checkpoints = complete_checkpoints(output_dir) if config.resume else []
     identity = run_identity(config, run.train_samples, job)
     if checkpoints:
         check_resumable(output_dir, identity)
@@ -760,8 +774,7 @@ def _start(run: _Run) -> None:
     run.batches = _micro_batches(
         len(run.train_samples),
         config,
-        accelerator.process_index,
-        accelerator.num_processes,
+        *rank_and_world(accelerator),
         # the batches already started, the pending one included
         start=math.ceil(run.state.step / config.updates_per_batch) * config.gradient_accumulation_steps,
     )
