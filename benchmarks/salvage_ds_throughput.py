@@ -43,11 +43,11 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from rmsweb_kedro.agents.base import parse_sample
-    from rmsweb_kedro.contracts.actions import parse_action
+    from rmsweb_kedro.contracts.actions import parse_action, polarized_reward
     from rmsweb_kedro.contracts.prompts import build_messages, render_prompt
     from rmsweb_kedro.models.serving import ServerConfig, VLLMServer
     from rmsweb_kedro.training.loop import LoopConfig
-    from rmsweb_kedro.training.salvage_ds import SalvageDSParams, polarized_reward, train_salvage_ds
+    from rmsweb_kedro.training.salvage_ds import SalvageDSParams, train_salvage_ds
     from rmsweb_kedro.training.sampling import SamplerConfig
     from tests.salvage_ds.conftest import lora_tiny
 
@@ -105,7 +105,7 @@ def main() -> None:
 
     def action_reward(prompts, completions, reference, **_):
         return [
-            polarized_reward(parse_sample(c.strip())[1], [parse_action(r)], p)
+            polarized_reward(parse_sample(c.strip())[1], [parse_action(r)], p.r_pos, p.r_neg, p.r_invalid)
             for c, r in zip(completions, reference, strict=True)
         ]  # fmt: skip
 

@@ -12,6 +12,7 @@ from rmsweb_kedro.contracts.actions import (
     Action,
     ActionParseError,
     ActionType,
+    ReplySpans,
     format_action,
     format_reply,
     normalize_answer,
@@ -19,6 +20,7 @@ from rmsweb_kedro.contracts.actions import (
     normalize_url,
     parse_action,
     parse_reply,
+    reply_spans,
     semantically_equal,
 )
 
@@ -161,6 +163,18 @@ def test_parse_error_keeps_the_whole_text_even_when_cached():
 def test_parse_reply_without_thought():
     assert parse_reply("click(3)") == (None, Action(type="click", element=3))
     assert parse_reply("Thought:\nAction: click(3)") == (None, Action(type="click", element=3))
+
+
+def test_reply_spans_are_what_parse_reply_reads():
+    """The reply grammar's one home: the thought and each action call as character spans (Salvage-DS's anchor
+    masks the call's tokens by them)."""
+    text = '  Thought:  the box\n is [5] \nAction:  type(5, "Paris")  '
+    spans = reply_spans(text)
+    assert text[spans.thought[0] : spans.thought[1]] == "  the box\n is [5] \n"  # up to the Action line
+    assert [text[a:b] for a, b in spans.calls] == ['type(5, "Paris")  ']  # to the end of its line
+    assert parse_reply(text) == ("the box is [5]", parse_action('type(5, "Paris")'))
+    assert reply_spans("click(3)") == ReplySpans(None, ())  # a bare call has no 'Action:' line
+    assert len(reply_spans("Action: click(1)\nACTION : click(2)").calls) == 2
 
 
 @pytest.mark.parametrize(

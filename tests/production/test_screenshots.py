@@ -14,15 +14,9 @@ import torch
 from rmsweb_kedro.contracts.prompts import PromptConfig
 from rmsweb_kedro.models.modeling import load_model
 from rmsweb_kedro.training.loop import LoopConfig
-from rmsweb_kedro.training.salvage_ds import (
-    SalvageDSParams,
-    SalvageDSStep,
-    continuation_logits,
-    prepare_states,
-    token_logprobs,
-    train_salvage_ds,
-    vision_inputs,
-)
+from rmsweb_kedro.training.salvage_ds import SalvageDSParams, SalvageDSStep, prepare_states, train_salvage_ds
+from rmsweb_kedro.training.salvage_ds.inputs import continuation_logits, vision_inputs
+from rmsweb_kedro.training.salvage_ds.objective import token_logprobs
 from rmsweb_kedro.training.sft import SFTCollator, sft_loss
 from tests.fixtures_model import draw_screenshot
 

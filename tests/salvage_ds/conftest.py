@@ -109,7 +109,8 @@ def fine_tune(model, prepared, pad_id: int, steps: int, lr: float = 3e-3) -> Non
     """A few AdamW steps of next-token likelihood on the whole reference replies (a stand-in for SFT)."""
     import torch
 
-    from rmsweb_kedro.training.salvage_ds import continuation_logits, token_logprobs
+    from rmsweb_kedro.training.salvage_ds.inputs import continuation_logits
+    from rmsweb_kedro.training.salvage_ds.objective import token_logprobs
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()

@@ -7,10 +7,13 @@ import copy
 import pytest
 import torch
 
-from rmsweb_kedro.training.salvage_ds import (
+from rmsweb_kedro.training.salvage_ds.inputs import continuation_logits
+from rmsweb_kedro.training.salvage_ds.objective import (
+    Rows,
     SalvageDSParams,
+    SampledRows,
+    StepCounts,
     action_token_mask,
-    continuation_logits,
     group_advantages,
     salvage_ds_loss,
     token_logprobs,
@@ -76,12 +79,8 @@ def test_accepted_group_raises_the_rewarded_sample(tiny_lm):
     logp = token_logprobs(logits, targets)
     parts = salvage_ds_loss(
         p,
-        logp=logp,
-        old_logp=logp.detach(),
-        advantages=advantages,
-        completion_mask=mask,
-        n_completion_tokens=int(mask.sum()),
-        accepted_groups=1,
+        StepCounts(completion=int(mask.sum()), accepted_group=1),
+        sampled=SampledRows(logp, mask, old_logp=logp.detach(), advantages=advantages),
     )
     _sgd_step(model, parts.loss, lr=0.5)
     with torch.no_grad():
@@ -106,11 +105,7 @@ def test_anchor_raises_action_tokens_and_leaves_the_thought_alone(tiny_lm):
     logits.retain_grad()
     logp = token_logprobs(logits, targets)
     parts = salvage_ds_loss(
-        p,
-        anchor_logp=logp,
-        anchor_mask=action_mask,
-        n_anchor_tokens=int(action_mask.sum()),
-        anchored_groups=1,
+        p, StepCounts(anchor=int(action_mask.sum()), anchored_group=1), anchored=Rows(logp, action_mask)
     )
     before = logp.detach()
     _sgd_step(model, parts.loss, lr=0.5)

@@ -1,5 +1,5 @@
-"""Hand-computed checks of the Salvage-DS maths: rewards, group statistics, the gate, advantages, clipping, KL,
-token aggregation and the anchor's action mask."""
+"""Hand-computed checks of the Salvage-DS maths (training/salvage_ds/objective.py), a term at a time: rewards,
+group statistics, the gate, advantages, clipping, KL, token aggregation and the anchor's action mask."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ import pytest
 import torch
 
 from rmsweb_kedro.contracts.actions import parse_action
-from rmsweb_kedro.training.salvage_ds import (
+from rmsweb_kedro.training.salvage_ds.inputs import probe_counts
+from rmsweb_kedro.training.salvage_ds.objective import (
     REJECT_REASONS,
     GroupStats,
+    Rows,
     SalvageDSParams,
+    SampledRows,
+    StepCounts,
     action_char_span,
     action_token_mask,
     clipped_surrogate,
@@ -21,10 +25,9 @@ from rmsweb_kedro.training.salvage_ds import (
     group_statistics,
     k3_kl,
     partial_credit_reward,
-    polarized_reward,
-    probe_counts,
     reward,
     salvage_ds_loss,
+    score_group,
 )
 
 P = SalvageDSParams()
@@ -43,15 +46,28 @@ REFS = [parse_action('type(5, "Paris", submit=true)')]
 )
 def test_polarized_reward_scores_meaning_without_partial_credit(sample, expected):
     action = parse_action(sample) if sample else None
-    assert polarized_reward(action, REFS, P) == expected
+    assert reward(action, REFS, P) == expected
 
 
 def test_polarized_reward_uses_each_symbol_and_any_reference():
     p = SalvageDSParams(r_pos=2.0, r_neg=-0.5, r_invalid=-3.0)
     refs = REFS + [parse_action("click(9)")]
-    assert polarized_reward(parse_action("click(9)"), refs, p) == 2.0
-    assert polarized_reward(parse_action("click(8)"), refs, p) == -0.5
-    assert polarized_reward(None, refs, p) == -3.0
+    assert reward(parse_action("click(9)"), refs, p) == 2.0
+    assert reward(parse_action("click(8)"), refs, p) == -0.5
+    assert reward(None, refs, p) == -3.0
+
+
+def test_a_group_is_scored_once_rewards_and_right_flags():
+    # right: matches_any over the reference set, for either reward; partial credit rewards a near miss, never right
+    actions = [
+        parse_action('type(5, "PARIS", submit=true)'),
+        parse_action('type(5, "Rome", submit=true)'),
+        None,
+    ]
+    assert score_group(actions, REFS, P) == ([1.0, -1.0, -1.0], [True, False, False])
+    partial = SalvageDSParams(reward="partial")
+    rewards, right = score_group(actions, REFS, partial)
+    assert rewards == pytest.approx([1.0, 0.6, -1.0]) and right == [True, False, False]
 
 
 def test_partial_credit_reward_adds_type_target_argument():
@@ -174,22 +190,11 @@ def test_loss_aggregates_tokens_and_weights_terms():
     ref_mask = torch.cat([mask, anchor_mask, replay_mask])
     parts = salvage_ds_loss(
         p,
-        logp=logp,
-        old_logp=logp,
-        advantages=advantages,
-        completion_mask=mask,
-        n_completion_tokens=4,
-        anchor_logp=anchor_logp,
-        anchor_mask=anchor_mask,
-        n_anchor_tokens=2,
-        replay_logp=replay_logp,
-        replay_mask=replay_mask,
-        n_replay_tokens=2,
-        ref_logp=ref,
-        ref_mask=ref_mask,
-        n_kl_tokens=8,
-        accepted_groups=1,
-        anchored_groups=1,
+        StepCounts(completion=4, anchor=2, replay=2, kl=8, accepted_group=1, anchored_group=1),
+        sampled=SampledRows(logp, mask, old_logp=logp, advantages=advantages),
+        anchored=Rows(anchor_logp, anchor_mask),
+        replayed=Rows(replay_logp, replay_mask),
+        reference=Rows(ref, ref_mask),
     )
     assert float(parts.surrogate) == pytest.approx((-1.0 * 3 + 2.0 * 1) / 4)  # token-level: 3 tokens of A=1
     # every trained token: 4 accepted at 1 - log 2 each, 2 anchored and 2 replayed at 0, over N_k = 8
@@ -202,10 +207,8 @@ def test_loss_aggregates_tokens_and_weights_terms():
     for mode in ("grpo", "dapo", "salvage_ds_no_anchor"):
         dropped = salvage_ds_loss(
             SalvageDSParams(mode=mode, lam=0.5),
-            anchor_logp=anchor_logp,
-            anchor_mask=anchor_mask,
-            n_anchor_tokens=2,
-            anchored_groups=1,
+            StepCounts(anchor=2, anchored_group=1),
+            anchored=Rows(anchor_logp, anchor_mask),
         )
         assert float(dropped.loss) == 0.0  # only salvage_ds anchors rejected groups
 
@@ -222,16 +225,16 @@ def test_lambda_weighs_an_anchored_group_against_an_accepted_one_whatever_the_mi
         return float(
             salvage_ds_loss(
                 p,
-                logp=logp,
-                old_logp=logp,
-                advantages=-torch.ones(accepted),
-                completion_mask=torch.ones(accepted, 2),
-                n_completion_tokens=2 * accepted,
-                anchor_logp=anchor_logp,
-                anchor_mask=torch.ones(anchored, 2),
-                n_anchor_tokens=2 * anchored,
-                accepted_groups=accepted,
-                anchored_groups=anchored,
+                StepCounts(
+                    completion=2 * accepted,
+                    anchor=2 * anchored,
+                    accepted_group=accepted,
+                    anchored_group=anchored,
+                ),
+                sampled=SampledRows(
+                    logp, torch.ones(accepted, 2), old_logp=logp, advantages=-torch.ones(accepted)
+                ),
+                anchored=Rows(anchor_logp, torch.ones(anchored, 2)),
             ).loss
         )
 
@@ -250,13 +253,15 @@ def test_grpo_is_a_per_sequence_mean_with_a_symmetric_clip():
     logp = torch.zeros(2, 3)
     mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
     advantages = torch.tensor([1.0, -2.0])
-    kwargs = dict(
-        logp=logp, old_logp=logp, advantages=advantages, completion_mask=mask, n_completion_tokens=4,
-        n_replies=2, accepted_groups=1,
-    )  # fmt: skip
+    counts = StepCounts(completion=4, reply=2, accepted_group=1)
+    sampled = SampledRows(logp, mask, old_logp=logp, advantages=advantages)
     # reply 1: mean of three -1 = -1; reply 2: +2; per-sequence mean (-1 + 2) / 2 = 0.5 (token mean: -0.25)
-    assert float(salvage_ds_loss(SalvageDSParams(mode="grpo"), **kwargs).loss) == pytest.approx(0.5)
-    assert float(salvage_ds_loss(SalvageDSParams(mode="dapo"), **kwargs).loss) == pytest.approx(-0.25)
+    assert float(
+        salvage_ds_loss(SalvageDSParams(mode="grpo"), counts, sampled=sampled).loss
+    ) == pytest.approx(0.5)
+    assert float(
+        salvage_ds_loss(SalvageDSParams(mode="dapo"), counts, sampled=sampled).loss
+    ) == pytest.approx(-0.25)
     ratio = torch.tensor([[1.5]])
     for mode, cap in (("grpo", 1.2), ("dapo", 1.28)):
         p = SalvageDSParams(mode=mode, eps_low=0.2, eps_high=0.28)
@@ -297,13 +302,8 @@ def test_loss_needs_reference_logprobs_when_beta_is_positive():
     with pytest.raises(ValueError, match="ref_logp"):
         salvage_ds_loss(
             SalvageDSParams(beta=0.1),
-            logp=x,
-            old_logp=x,
-            advantages=torch.ones(1),
-            completion_mask=torch.ones(1, 2),
-            n_completion_tokens=2,
-            n_kl_tokens=2,
-            accepted_groups=1,
+            StepCounts(completion=2, kl=2, accepted_group=1),
+            sampled=SampledRows(x, torch.ones(1, 2), old_logp=x, advantages=torch.ones(1)),
         )
 
 
@@ -335,3 +335,45 @@ def test_action_mask_rejects_replies_without_one_action():
         action_char_span("Thought: nothing to do")
     with pytest.raises(ValueError, match="found 2"):
         action_char_span("Action: click(1)\nAction: click(2)")
+
+
+@pytest.mark.parametrize(
+    ("reply", "call"),
+    [
+        ("Action: click(3)", "click(3)"),  # no thought
+        ("  thought :  box\nACTION :  click(3)", "click(3)"),  # any case, blanks around the names
+        ("Thought: first\nsecond line\nAction: click(3)", "click(3)"),  # a thought over two lines
+        (
+            'Thought: the "Action: x" button\nAction: click(3)',
+            "click(3)",
+        ),  # 'Action:' inside the thought's line
+    ],
+)
+def test_the_anchor_reads_the_reply_grammar(reply, call):
+    start, end = action_char_span(reply)
+    assert reply[start:end] == call
+    # one token a character: exactly the call's characters are the action, nothing of the thought
+    mask = action_token_mask([(i, i + 1) for i in range(len(reply))], reply)
+    assert "".join(c for c, m in zip(reply, mask, strict=True) if m) == call
+
+
+def test_the_anchor_masks_the_action_of_every_fixture_reference_reply(tiny_checkpoint, tiny_states):
+    """Real reference replies ('Thought: ...\\nAction: call' and 'Action: call') with the fixture checkpoint's
+    tokenizer: the masked tokens are the action call, and none of them touches the thought's line."""
+    from transformers import AutoTokenizer
+
+    from rmsweb_kedro.contracts.actions import format_action
+    from rmsweb_kedro.contracts.prompts import PromptConfig, reference_reply
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    for config in (PromptConfig(include_thought=True), PromptConfig(include_thought=False)):
+        for state in tiny_states:
+            reply = reference_reply(state, config)
+            encoded = tokenizer(reply, add_special_tokens=False, return_offsets_mapping=True)
+            mask = action_token_mask(encoded["offset_mapping"], reply)
+            action = [i for i, m in zip(encoded["input_ids"], mask, strict=True) if m]
+            assert tokenizer.decode(action).strip() == format_action(parse_action(state["reference_action"]))
+            action_line = reply.rindex("Action:")
+            assert all(
+                a >= action_line for (a, _), m in zip(encoded["offset_mapping"], mask, strict=True) if m
+            )

@@ -17,13 +17,9 @@ from pydantic import SecretStr
 
 from rmsweb_kedro.models import processes
 from rmsweb_kedro.models.serving import ServerConfig, ServerError, _request
-from rmsweb_kedro.training.salvage_ds import (
-    SalvageDSParams,
-    continuation_logits,
-    prepare_states,
-    token_logprobs,
-    train_salvage_ds,
-)
+from rmsweb_kedro.training.salvage_ds import SalvageDSParams, prepare_states, train_salvage_ds
+from rmsweb_kedro.training.salvage_ds.inputs import continuation_logits
+from rmsweb_kedro.training.salvage_ds.objective import token_logprobs
 from rmsweb_kedro.training.sampling import HFSampler, SamplerConfig, ServedSampler
 from tests.salvage_ds.conftest import loop_config, lora_tiny
 
@@ -321,7 +317,7 @@ def test_a_full_weight_policy_is_refused_with_the_reason(policy, tmp_path):
 def test_screenshot_prompts_are_the_trainers_on_the_server(policy, sampler, tmp_path):
     """A prompt with a screenshot: the server's prompt ids (image tokens expanded) are the trainer's, its greedy
     replies the in-process sampler's, and the trainer's log-probs with the image match the server's."""
-    from rmsweb_kedro.training.salvage_ds import vision_inputs
+    from rmsweb_kedro.training.salvage_ds.inputs import vision_inputs
     from tests.fixtures_model import draw_screenshot
 
     model, processor, states, prompt = policy

@@ -362,6 +362,24 @@ _BOOLEAN_WORDS = {"true": True, "false": False}
 _CODE_FENCE = re.compile(r"^\s*```[A-Za-z]*[^\S\n]*\n(.*?)\n[^\S\n]*```\s*$", re.DOTALL)
 
 
+@dataclass(frozen=True)
+class ReplySpans:
+    """Where a reply's parts lie, as [start, end) character offsets: what :func:`parse_reply` reads and what
+    Salvage-DS's anchor trains on (the action call's tokens, none of the thought's)."""
+
+    #: the text after 'Thought:', up to the 'Action:' line (or the end); None: no thought
+    thought: tuple[int, int] | None
+    #: the text after each 'Action:', to the end of its line
+    calls: tuple[tuple[int, int], ...]
+
+
+def reply_spans(text: str) -> ReplySpans:
+    """The reply grammar's one reading of ``text`` (the 'Thought:' and 'Action:' lines, module docstring)."""
+    thought = _THOUGHT_LINE.search(text)
+    calls = tuple(match.span(1) for match in _ACTION_LINE.finditer(text))
+    return ReplySpans(thought.span(1) if thought else None, calls)
+
+
 def _literal(node: ast.expr, text: str) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool)):
         return node.value
@@ -541,8 +559,8 @@ def _parse_call(call: str) -> Action:
 def parse_reply(text: str) -> tuple[str | None, Action]:
     """Split a model reply into (thought, action); the thought is None when absent. Raises ActionParseError."""
     action = parse_action(text)
-    match = _THOUGHT_LINE.search(text or "")
-    thought = " ".join(match.group(1).split()) if match else None
+    span = reply_spans(text).thought
+    thought = " ".join(text[span[0] : span[1]].split()) if span else None
     return thought or None, action
 
 

@@ -1,4 +1,4 @@
-"""One Accelerate training loop, shared by SFT (training/sft.py) and Salvage-DS (training/salvage_ds.py).
+"""One Accelerate training loop, shared by SFT (training/sft.py) and Salvage-DS (training/salvage_ds/).
 
 A trainer supplies only what differs: the samples, a ``collate`` that turns a list of samples into a batch of
 tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy trainer (Salvage-DS) also supplies a
@@ -56,6 +56,11 @@ the history is the same on every rank. Evaluation (``evaluate``) runs as many ba
 repeats where a process has fewer samples) and gives each batch its own counts as
 ``step_tokens`` (a batch mean) and averages the batches weighted by their samples.
 
+Reading order, as nanoGPT's ``train.py``: :func:`train_loop` (at the end, after the helpers it uses) runs named
+phases that share one small run state (``_Run``): ``_prepare`` (seed, optimizer, Accelerate) → ``_resume`` (a fresh
+run's cleanup, or the last checkpoint) → ``_evaluate_start`` (step 0, with ``select_metric``) → then, step after
+step, ``_train_step`` → ``_evaluate_step`` → ``_log_step`` → ``_save_step``, and ``_finish``.
+
 One module because it is the one training loop SFT and Salvage-DS share, meant to be read top to bottom
 (nanoGPT's style).
 """
@@ -71,12 +76,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rmsweb_kedro.runs.tracking import log_step
+from rmsweb_kedro.training.distributed import is_sharded, rank_and_world
 
 logger = logging.getLogger(__name__)
 
@@ -411,11 +418,31 @@ def check_resumable(output_dir: Path, identity: dict[str, Any]) -> None:
         )
 
 
-def _checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
+def complete_checkpoints(output_dir: Path) -> list[Path]:
+    """The complete checkpoints under ``output_dir/checkpoints``, oldest first."""
     root = output_dir / "checkpoints"
     found = [p for p in root.glob("step_*") if (p / _COMPLETE).exists()] if root.exists() else []
     return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def resumes(config: LoopConfig) -> bool:
+    """Whether a run of ``config`` continues an earlier one: ``resume`` is on and ``output_dir`` holds a complete
+    checkpoint (otherwise it starts afresh, whatever ``resume`` says)."""
+    return config.resume and bool(complete_checkpoints(Path(config.output_dir)))
+
+
+def clear_earlier_run(*paths: Path, resume: bool) -> None:
+    """A fresh run's cleanup: unless ``resume``, delete what an earlier run left at ``paths`` (folders or files),
+    so its records do not mix with this run's. Each site passes what keeps its outputs: ``loop.resume`` for the
+    loop's checkpoints and the ``salvage_ds`` node's seed folder, :func:`resumes` for a trainer's own log that only
+    a run continued from a checkpoint may append to (Salvage-DS's groups)."""
+    if resume:
+        return
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _rollout_file(path: Path, rank: int) -> Path:
@@ -443,7 +470,7 @@ def _save_checkpoint(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (path / _COMPLETE).write_text(str(state.step))
-        for old in _checkpoints(output_dir)[:-keep]:
+        for old in complete_checkpoints(output_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
         with open(output_dir / "history.jsonl", "w") as handle:
             handle.writelines(json.dumps(row) + "\n" for row in state.history)
@@ -463,7 +490,7 @@ def evaluate(
     import torch
 
     model.eval()
-    rank, world = accelerator.process_index, accelerator.num_processes
+    rank, world = rank_and_world(accelerator)
     indices = list(range(rank, len(samples), world))
     batches = [indices[i : i + config.batch_size] for i in range(0, len(indices), config.batch_size)]
     # Every process runs as many batches as the one with most (sharded weights gather in every forward, so a
@@ -525,24 +552,56 @@ def _mean_over_processes(values: dict[str, float], summed: set[str], accelerator
     return {k: v if k in summed else v / world for k, v in zip(keys, total, strict=True)}
 
 
-def _sharded(accelerator) -> bool:
-    """True when no process holds all the weights (FSDP, DeepSpeed): generation then needs every process."""
-    from accelerate.utils import DistributedType
-
-    return accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-
-
 def _run_eval_fn(eval_fn: Callable[[Any], dict[str, float]], model, accelerator) -> dict[str, float]:
     """``eval_fn`` once: on the main process, its metrics broadcast to the others; with sharded weights on every
     process together (each forward gathers the shards; generation is synced, see ``train_loop``)."""
     from accelerate.utils import broadcast_object_list
 
     unwrapped = accelerator.unwrap_model(model)
-    if _sharded(accelerator) or accelerator.num_processes == 1:
+    if is_sharded(accelerator) or accelerator.num_processes == 1:
         return eval_fn(unwrapped)
     metrics = [eval_fn(unwrapped) if accelerator.is_main_process else None]
     broadcast_object_list(metrics, from_process=0)
     return metrics[0]
+
+
+# ================================================================ the loop: prepare, resume, then step after step
+
+
+@dataclass
+class _Run:
+    """What the phases of one :func:`train_loop` call share: its arguments, the prepared model and optimizer, the
+    resumable state, the best weights so far and the sampled batch being trained on."""
+
+    config: LoopConfig
+    accelerator: Any
+    model: Any  # prepared: wrapped by Accelerate (DDP, FSDP2, DeepSpeed) where it runs so
+    optimizer: Any
+    train_samples: Sequence[Any]
+    collate: Collate
+    loss_fn: LossFn
+    rollout: Rollout | None
+    eval_samples: Sequence[Any] | None
+    eval_fn: Callable[[Any], dict[str, float]] | None
+    sample_tokens: Callable[[Any], int] | None
+    state: _LoopState = field(default_factory=_LoopState)
+    best: _BestWeights = field(default_factory=_BestWeights)
+    #: the micro-batches of the sampled batch being trained on, as rolled out; None between batches
+    pending: list[dict[str, Any]] | None = None
+    resumed_from: int | None = None
+    batches: Iterator[list[int]] | None = (
+        None  # this process's micro-batches of sample indices, from the next
+    )
+    lengths: dict[int, int] = field(default_factory=dict)  # each training sample's tokens, measured once
+    started: float = 0.0  # time.monotonic() at the first step (max_seconds)
+    window_tokens: int = 0  # real tokens since the last logged throughput
+    window_started: float = 0.0
+    stopped_early: bool = False
+    bar: Any = None  # tqdm
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.config.output_dir)
 
 
 def train_loop(
@@ -568,23 +627,45 @@ def train_loop(
     the real tokens a training sample's micro-batch row holds (needed by ``micro_batch_tokens``; called once a
     sample).
     """
-    import torch
+    run = _prepare(model, train_samples, collate, loss_fn, config, eval_samples, eval_fn, accelerator, rollout,
+                   sample_tokens)  # fmt: skip
+    _resume(run, job)
+    if config.select_metric is not None and run.state.step == 0 and run.resumed_from is None:
+        _evaluate_start(run)
+    _start(run)
+    while run.state.step < config.max_steps:
+        row = _train_step(run)
+        out_of_time = config.max_seconds is not None and time.monotonic() - run.started > config.max_seconds
+        last = run.state.step == config.max_steps or out_of_time
+        _evaluate_step(run, row, last)
+        _log_step(run, row)
+        _save_step(run, last)
+        if out_of_time and run.state.step < config.max_steps:
+            logger.warning(
+                "time budget of %.0f s spent: stopping at step %d", config.max_seconds, run.state.step
+            )
+            run.stopped_early = True
+            break
+    return _finish(run)
+
+
+def _prepare(
+    model, train_samples, collate, loss_fn, config: LoopConfig, eval_samples, eval_fn, accelerator, rollout,
+    sample_tokens,
+) -> _Run:  # fmt: skip
+    """Check the arguments, seed, and prepare the model and its optimizer on the accelerator."""
     from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
 
     if not len(train_samples):
         raise ValueError("train_loop: no training samples")
-    budget = config.micro_batch_tokens
-    if budget is not None and sample_tokens is None:
+    if config.micro_batch_tokens is not None and sample_tokens is None:
         raise ValueError(
-            f"loop.micro_batch_tokens {budget}: this trainer gives no sample_tokens to measure samples by (SFT "
-            "does; Salvage-DS does not): set loop.micro_batch_tokens: null"
+            f"loop.micro_batch_tokens {config.micro_batch_tokens}: this trainer gives no sample_tokens to measure "
+            "samples by (SFT does; Salvage-DS does not): set loop.micro_batch_tokens: null"
         )
     accelerator = accelerator or make_accelerator(config)
     set_seed(config.seed)
-    output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     model.train()
     if config.gradient_checkpointing:
         # non-reentrant checkpointing: works with frozen inputs (LoRA) and FSDP2 without enable_input_require_grads
@@ -592,8 +673,21 @@ def train_loop(
         model.config.use_cache = False
     optimizer = _optimizer(model, config)
     model, optimizer = accelerator.prepare(model, optimizer)
-    mu, accum = config.updates_per_batch, config.gradient_accumulation_steps
-    if _sharded(accelerator):
+    _ready_for_generation(model, config, accelerator)
+    run = _Run(config, accelerator, model, optimizer, train_samples, collate, loss_fn, rollout, eval_samples,
+               eval_fn, sample_tokens)  # fmt: skip
+    accelerator.register_for_checkpointing(run.state)
+    if config.select_metric is not None and eval_fn is None:
+        raise ValueError(f"loop.select_metric {config.select_metric!r} needs an eval_fn that measures it")
+    return run
+
+
+def _ready_for_generation(model, config: LoopConfig, accelerator) -> None:
+    """Sharded weights (FSDP, DeepSpeed): synced generation on, and FSDP2's root unit set by one forward."""
+    import torch
+
+    if is_sharded(accelerator):
+        budget, accum = config.micro_batch_tokens, config.gradient_accumulation_steps
         if accelerator.distributed_type.name == "DEEPSPEED" and (accum > 1 or budget is not None):
             raise ValueError(
                 "under DeepSpeed keep loop.gradient_accumulation_steps: 1 and loop.micro_batch_tokens: null (the "
@@ -610,191 +704,255 @@ def train_loop(
         # would make the tower a root of its own and fail the next forward. One token through the model first.
         with torch.no_grad():
             model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=accelerator.device))
-    state = _LoopState()
-    accelerator.register_for_checkpointing(state)
-    best = _BestWeights()
-    if config.select_metric is not None and eval_fn is None:
-        raise ValueError(f"loop.select_metric {config.select_metric!r} needs an eval_fn that measures it")
 
-    resumed_from = None
-    if not config.resume and accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
-        shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+
+def _resume(run: _Run, job: dict[str, Any] | None) -> None:
+    """A fresh run deletes an earlier run's checkpoints; a resumed one (same data and job) loads its last."""
+    config, accelerator, output_dir = run.config, run.accelerator, run.output_dir
+    if accelerator.is_main_process:  # a fresh run must not mix with an old run's steps
+        clear_earlier_run(output_dir / "checkpoints", resume=config.resume)
     accelerator.wait_for_everyone()
-    #: the micro-batches of the sampled batch being trained on, as rolled out; None between batches
-    pending: list[dict[str, Any]] | None = None
-    checkpoints = _checkpoints(output_dir) if config.resume else []
-    identity = run_identity(config, train_samples, job)
+    checkpoints = complete_checkpoints(output_dir) if config.resume else []
+    identity = run_identity(config, run.train_samples, job)
     if checkpoints:
         check_resumable(output_dir, identity)
     elif accelerator.is_main_process:
         (output_dir / "run_identity.json").write_text(json.dumps(identity, indent=2, sort_keys=True))
     if checkpoints:
-        accelerator.load_state(str(checkpoints[-1]))
-        accelerator.wait_for_everyone()
-        resumed_from = state.step
-        logger.info("resumed from %s at step %d", checkpoints[-1], state.step)
-        if state.step % mu:  # taken between the updates of a batch: continue on the same samples
-            saved = _rollout_file(checkpoints[-1], accelerator.process_index)
-            if not saved.exists():
-                raise ValueError(
-                    f"{checkpoints[-1]} was taken at step {state.step}, inside a batch of updates_per_batch={mu} "
-                    f"updates, but holds no rolled-out batch for process {accelerator.process_index}: resume with "
-                    "the number of processes it was run with (a changed updates_per_batch is refused earlier, by "
-                    "the run's identity)"
-                )
-            pending = [
-                _to_device(b, accelerator.device) for b in torch.load(saved, weights_only=False)
-            ]  # our own file, written by _save_checkpoint
-        if state.best_step is not None:
-            best.weights = torch.load(_BestWeights.path(checkpoints[-1], accelerator.process_index))
+        _load_checkpoint(run, checkpoints[-1])
 
-    def select(row: dict[str, float]) -> None:
-        """Keep the weights of an evaluation that beats the best so far on ``select_metric``."""
-        value = row.get(config.select_metric)
-        if value is None:
-            measured = sorted(k for k in row if k.startswith("eval/"))
-            raise ValueError(f"loop.select_metric {config.select_metric!r} is not among eval_fn's {measured}")
-        if state.best_value is None or value > state.best_value:
-            state.best_step, state.best_value = state.step, float(value)
-            best.keep(accelerator.unwrap_model(model))
 
-    if config.select_metric is not None and state.step == 0 and resumed_from is None:
-        start = {"step": 0, **_run_eval_fn(eval_fn, model, accelerator)}  # the starting weights' score
-        state.history.append(start)
-        select(start)
+def _load_checkpoint(run: _Run, checkpoint: Path) -> None:
+    """The state saved in ``checkpoint``, the batch it was inside of (mu > 1) and the best weights so far."""
+    import torch
 
-    lengths: dict[int, int] = {}
+    accelerator, state, mu = run.accelerator, run.state, run.config.updates_per_batch
+    accelerator.load_state(str(checkpoint))
+    accelerator.wait_for_everyone()
+    run.resumed_from = state.step
+    logger.info("resumed from %s at step %d", checkpoint, state.step)
+    if state.step % mu:  # taken between the updates of a batch: continue on the same samples
+        saved = _rollout_file(checkpoint, accelerator.process_index)
+        if not saved.exists():
+            raise ValueError(
+                f"{checkpoint} was taken at step {state.step}, inside a batch of updates_per_batch={mu} "
+                f"updates, but holds no rolled-out batch for process {accelerator.process_index}: resume with "
+                "the number of processes it was run with (a changed updates_per_batch is refused earlier, by "
+                "the run's identity)"
+            )
+        run.pending = [
+            _to_device(b, accelerator.device) for b in torch.load(saved, weights_only=False)
+        ]  # our own file, written by _save_checkpoint
+    if state.best_step is not None:
+        run.best.weights = torch.load(_BestWeights.path(checkpoint, accelerator.process_index))
 
-    def length(index: int) -> int:
-        """A training sample's tokens, measured once (an over-long one is logged once, and trained alone)."""
-        if index not in lengths:
-            lengths[index] = int(sample_tokens(train_samples[index]))
-            if lengths[index] > budget:
-                logger.warning(
-                    "training sample %d has %d tokens, over loop.micro_batch_tokens %d: it is trained in a "
-                    "micro-batch of its own (raise the budget if that runs out of memory)",
-                    index, lengths[index], budget,
-                )  # fmt: skip
-        return lengths[index]
 
-    def step_batches() -> list[dict[str, Any]]:
-        """The next sampled batch's micro-batches, collated and rolled out."""
-        chunks = [next(batches) for _ in range(accum)]
-        if budget is not None:
-            chunks = _step_split(chunks, length, budget, accelerator)
-        return [rolled_out([train_samples[i] for i in chunk]) for chunk in chunks]
+def _evaluate_start(run: _Run) -> None:
+    """``select_metric``: score the starting weights (step 0), the first candidate to return."""
+    start = {"step": 0, **_run_eval_fn(run.eval_fn, run.model, run.accelerator)}
+    run.state.history.append(start)
+    _select(run, start)
 
-    def rolled_out(samples: list[Any]) -> dict[str, Any]:
-        batch = _to_device(collate(samples), accelerator.device)
-        if rollout is None:
-            return batch
-        with torch.no_grad():
-            return rollout(model, batch)
 
-    batches = _micro_batches(
-        len(train_samples),
+def _select(run: _Run, row: dict[str, float]) -> None:
+    """Keep the weights of an evaluation that beats the best so far on ``select_metric``."""
+    config, state = run.config, run.state
+    value = row.get(config.select_metric)
+    if value is None:
+        measured = sorted(k for k in row if k.startswith("eval/"))
+        raise ValueError(f"loop.select_metric {config.select_metric!r} is not among eval_fn's {measured}")
+    if state.best_value is None or value > state.best_value:
+        state.best_step, state.best_value = state.step, float(value)
+        run.best.keep(run.accelerator.unwrap_model(run.model))
+
+
+def _start(run: _Run) -> None:
+    """This process's micro-batches from the first batch not yet started, the clocks and the progress bar."""
+    from tqdm.auto import tqdm
+
+    config, accelerator = run.config, run.accelerator
+    run.batches = _micro_batches(
+        len(run.train_samples),
         config,
-        accelerator.process_index,
-        accelerator.num_processes,
-        start=math.ceil(state.step / mu) * accum,  # the batches already started, the pending one included
+        *rank_and_world(accelerator),
+        # the batches already started, the pending one included
+        start=math.ceil(run.state.step / config.updates_per_batch) * config.gradient_accumulation_steps,
     )
-    started = time.monotonic()
-    stopped_early = False
-    bar = tqdm(
+    run.started = time.monotonic()
+    run.bar = tqdm(
         total=config.max_steps,
-        initial=state.step,
+        initial=run.state.step,
         desc="train",
         disable=not (config.progress and accelerator.is_local_main_process),
     )
-    window_tokens, window_started = 0, time.monotonic()
-    while state.step < config.max_steps:
-        lr = learning_rate_at(state.step, config)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        sums: dict[str, float] = {}
-        if pending is None:
-            pending = step_batches()
-        micros = len(pending)  # the same on every process
-        step_tokens = _step_tokens(pending, accelerator)
-        # shares of the step's token mean (module docstring), or equal-weight micro-batch means
-        scale = accelerator.num_processes if step_tokens is not None else 1.0 / micros
-        step_real = 0
-        for micro, batch in enumerate(pending):
-            step_real += _count_tokens(batch)
-            if step_tokens is not None:
-                batch["step_tokens"] = step_tokens
-            syncing = micro == micros - 1  # all-reduce gradients only once per optimizer step
-            with nullcontext() if syncing else accelerator.no_sync(model):
-                loss, metrics = loss_fn(model, batch)
-                accelerator.backward(loss * scale)
-            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * (
-                1.0 if step_tokens else 1.0 / micros
-            )
-            for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + float(value) / micros
-        window_tokens += step_real
-        if budget is not None:  # to tune the budget: how many micro-batches, how full (mean over processes)
-            sums |= {"micro_batches": float(micros), "micro_batch_fill": step_real / (micros * budget)}
-        sums = _mean_over_processes(sums, {"loss"} if step_tokens is not None else set(), accelerator)
-        sums |= {f"{name}_tokens": count for name, count in (step_tokens or {}).items()}
-        grad_norm = (
-            accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            if config.max_grad_norm
-            else None
-        )
-        learnable = torch.tensor(
-            float(any(b.get("learnable", True) for b in pending)), device=accelerator.device
-        )
-        learnable = bool(accelerator.reduce(learnable, "sum") > 0)  # one decision on every process
-        if learnable:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        state.step += 1
-        if state.step % mu == 0:  # the batch's mu updates are done: the next step samples a new one
-            pending = None
+    run.window_tokens, run.window_started = 0, time.monotonic()
 
-        row: dict[str, float] = {"step": state.step, "lr": lr, **{f"train/{k}": v for k, v in sums.items()}}
-        row["train/optimizer_step"] = float(learnable)
-        if grad_norm is not None:
-            row["train/grad_norm"] = float(grad_norm)
-        if state.step % config.log_every == 0 or state.step == config.max_steps:
-            elapsed = max(time.monotonic() - window_started, 1e-9)
-            row["train/tokens_per_s"] = window_tokens * accelerator.num_processes / elapsed
-            window_tokens, window_started = 0, time.monotonic()
-        out_of_time = config.max_seconds is not None and time.monotonic() - started > config.max_seconds
-        last = state.step == config.max_steps or out_of_time
-        if (config.eval_every and state.step % config.eval_every == 0) or last:
-            if eval_samples:
-                row.update(evaluate(model, eval_samples, collate, loss_fn, config, accelerator, rollout))
-            if eval_fn is not None:
-                row.update(_run_eval_fn(eval_fn, model, accelerator))
-                if config.select_metric is not None:
-                    select(row)
-        state.history.append(row)
-        if accelerator.is_main_process:
-            # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.runs.tracking)
-            log_step(row)
-        bar.update(1)
-        bar.set_postfix(
-            {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}
+
+def _train_step(run: _Run) -> dict[str, float]:
+    """One optimizer step on the pending sampled batch (a new one rolled out when none is pending): the shares of
+    its micro-batches backpropagated, the gradients clipped, AdamW stepped unless no micro-batch of any process
+    had anything to learn. Returns the step's row of the history."""
+    config, accelerator, state = run.config, run.accelerator, run.state
+    lr = learning_rate_at(state.step, config)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    if run.pending is None:
+        run.pending = _next_batch(run)
+    sums = _backward(run)
+    grad_norm = (
+        accelerator.clip_grad_norm_(run.model.parameters(), config.max_grad_norm)
+        if config.max_grad_norm
+        else None
+    )
+    learnable = _learnable(run)
+    if learnable:
+        run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    state.step += 1
+    if (
+        state.step % config.updates_per_batch == 0
+    ):  # the batch's mu updates are done: the next step samples anew
+        run.pending = None
+    row: dict[str, float] = {"step": state.step, "lr": lr, **{f"train/{k}": v for k, v in sums.items()}}
+    row["train/optimizer_step"] = float(learnable)
+    if grad_norm is not None:
+        row["train/grad_norm"] = float(grad_norm)
+    if state.step % config.log_every == 0 or state.step == config.max_steps:
+        elapsed = max(time.monotonic() - run.window_started, 1e-9)
+        row["train/tokens_per_s"] = run.window_tokens * accelerator.num_processes / elapsed
+        run.window_tokens, run.window_started = 0, time.monotonic()
+    return row
+
+
+def _next_batch(run: _Run) -> list[dict[str, Any]]:
+    """The next sampled batch's micro-batches, collated and rolled out."""
+    budget = run.config.micro_batch_tokens
+    chunks = [next(run.batches) for _ in range(run.config.gradient_accumulation_steps)]
+    if budget is not None:
+        chunks = _step_split(chunks, partial(_sample_length, run), budget, run.accelerator)
+    return [_rolled_out(run, [run.train_samples[i] for i in chunk]) for chunk in chunks]
+
+
+def _sample_length(run: _Run, index: int) -> int:
+    """A training sample's tokens, measured once (an over-long one is logged once, and trained alone)."""
+    budget = run.config.micro_batch_tokens
+    if index not in run.lengths:
+        run.lengths[index] = int(run.sample_tokens(run.train_samples[index]))
+        if run.lengths[index] > budget:
+            logger.warning(
+                "training sample %d has %d tokens, over loop.micro_batch_tokens %d: it is trained in a "
+                "micro-batch of its own (raise the budget if that runs out of memory)",
+                index, run.lengths[index], budget,
+            )  # fmt: skip
+    return run.lengths[index]
+
+
+def _rolled_out(run: _Run, samples: list[Any]) -> dict[str, Any]:
+    """``samples`` collated on the device and, for an on-policy trainer, rolled out (without gradients)."""
+    import torch
+
+    batch = _to_device(run.collate(samples), run.accelerator.device)
+    if run.rollout is None:
+        return batch
+    with torch.no_grad():
+        return run.rollout(run.model, batch)
+
+
+def _backward(run: _Run) -> dict[str, float]:
+    """Every micro-batch of the pending batch through ``loss_fn`` and backward, gradients synchronised once; the
+    step's metrics (module docstring: the loss a token mean over the step, other metrics micro-batch means, both
+    over processes) and token counts."""
+    accelerator, pending = run.accelerator, run.pending
+    micros = len(pending)  # the same on every process
+    step_tokens = _step_tokens(pending, accelerator)
+    # shares of the step's token mean (module docstring), or equal-weight micro-batch means
+    scale = accelerator.num_processes if step_tokens is not None else 1.0 / micros
+    sums: dict[str, float] = {}
+    step_real = 0
+    for micro, batch in enumerate(pending):
+        step_real += _count_tokens(batch)
+        if step_tokens is not None:
+            batch["step_tokens"] = step_tokens
+        syncing = micro == micros - 1  # all-reduce gradients only once per optimizer step
+        with nullcontext() if syncing else accelerator.no_sync(run.model):
+            loss, metrics = run.loss_fn(run.model, batch)
+            accelerator.backward(loss * scale)
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * (1.0 if step_tokens else 1.0 / micros)
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + float(value) / micros
+    run.window_tokens += step_real
+    budget = run.config.micro_batch_tokens
+    if budget is not None:  # to tune the budget: how many micro-batches, how full (mean over processes)
+        sums |= {"micro_batches": float(micros), "micro_batch_fill": step_real / (micros * budget)}
+    sums = _mean_over_processes(sums, {"loss"} if step_tokens is not None else set(), accelerator)
+    return sums | {f"{name}_tokens": count for name, count in (step_tokens or {}).items()}
+
+
+def _learnable(run: _Run) -> bool:
+    """Whether any micro-batch of the step, on any process, has something to learn (``learnable``; default
+    True): one decision on every process."""
+    import torch
+
+    accelerator = run.accelerator
+    learnable = torch.tensor(
+        float(any(b.get("learnable", True) for b in run.pending)), device=accelerator.device
+    )
+    return bool(accelerator.reduce(learnable, "sum") > 0)
+
+
+def _evaluate_step(run: _Run, row: dict[str, float], last: bool) -> None:
+    """Every ``eval_every`` steps and at the last: the evaluation loss and ``eval_fn``'s metrics into ``row``, and
+    the weights kept when they are the best on ``select_metric``."""
+    config = run.config
+    if not ((config.eval_every and run.state.step % config.eval_every == 0) or last):
+        return
+    if run.eval_samples:
+        row.update(
+            evaluate(
+                run.model, run.eval_samples, run.collate, run.loss_fn, config, run.accelerator, run.rollout
+            )
         )
-        if config.save_checkpoints and ((config.save_every and state.step % config.save_every == 0) or last):
-            _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints, pending, best)
-        if out_of_time and state.step < config.max_steps:
-            logger.warning("time budget of %.0f s spent: stopping at step %d", config.max_seconds, state.step)
-            stopped_early = True
-            break
-    bar.close()
+    if run.eval_fn is not None:
+        row.update(_run_eval_fn(run.eval_fn, run.model, run.accelerator))
+        if config.select_metric is not None:
+            _select(run, row)
+
+
+def _log_step(run: _Run, row: dict[str, float]) -> None:
+    """The step's row into the history, the tracking run and the progress bar."""
+    run.state.history.append(row)
+    if run.accelerator.is_main_process:
+        # live, into the kedro run's MLflow run when tracking is on (rmsweb_kedro.runs.tracking)
+        log_step(row)
+    run.bar.update(1)
+    run.bar.set_postfix(
+        {k.split("/")[-1]: f"{v:.4g}" for k, v in row.items() if k in ("train/loss", "eval/loss")}
+    )
+
+
+def _save_step(run: _Run, last: bool) -> None:
+    """A checkpoint every ``save_every`` steps and at the last (``save_checkpoints``)."""
+    config, step = run.config, run.state.step
+    if config.save_checkpoints and ((config.save_every and step % config.save_every == 0) or last):
+        _save_checkpoint(
+            run.accelerator, run.output_dir, run.state, config.keep_checkpoints, run.pending, run.best
+        )
+
+
+def _finish(run: _Run) -> LoopResult:
+    """The trained model, unwrapped; with ``select_metric``, the best evaluation's weights restored into it."""
+    config, accelerator, state = run.config, run.accelerator, run.state
+    run.bar.close()
     accelerator.wait_for_everyone()
-    unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)  # plain forward, no autocast
+    unwrapped = accelerator.unwrap_model(run.model, keep_fp32_wrapper=False)  # plain forward, no autocast
     if state.best_step is not None and state.best_step != state.step:
-        best.restore(unwrapped)
+        run.best.restore(unwrapped)
         logger.info(
             "%s was highest at step %d (%.4g): returning those weights, not step %d's",
             config.select_metric, state.best_step, state.best_value, state.step,
         )  # fmt: skip
     unwrapped.eval()
     return LoopResult(
-        unwrapped, state.step, state.history, resumed_from, stopped_early, accelerator,
+        unwrapped, state.step, state.history, run.resumed_from, run.stopped_early, accelerator,
         state.best_step, state.best_value,
     )  # fmt: skip

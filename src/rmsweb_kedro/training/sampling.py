@@ -1,7 +1,7 @@
 """Where a Salvage-DS group comes from: the states prepared for sampling (:class:`PreparedState`) and the samplers
 that draw G replies for each (:class:`GroupSampler`): ``hf``, the policy in this process, or ``served``, vLLM
 serving the policy's base checkpoint with each optimizer step's LoRA adapter loaded into it (docs/training.md,
-"Which sampler"). The rollout, the gate, the anchor and dynamic sampling (``training/salvage_ds.py``) are the same
+"Which sampler"). The rollout, the gate, the anchor and dynamic sampling (``training/salvage_ds/``) are the same
 code whichever samples.
 """
 
@@ -21,12 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from rmsweb_kedro.agents.base import PolicySample
 from rmsweb_kedro.contracts.actions import Action
 from rmsweb_kedro.models.serving import ServerConfig, ServerError, VLLMServer
+from rmsweb_kedro.training.distributed import is_sharded
 
 logger = logging.getLogger(__name__)
 
 
 class SamplingSettings(Protocol):
-    """The sampling fields of the algorithm's parameters (``salvage_ds.SalvageDSParams``)."""
+    """The sampling fields of the algorithm's parameters (``salvage_ds.objective.SalvageDSParams``)."""
 
     temperature: float
     top_p: float
@@ -168,10 +169,6 @@ class ServedSampler(_Versioned):
 
         return tuple(broadcast_object_list(list(values), from_process=0))
 
-    def _shards(self) -> bool:
-        """FSDP2: no process holds the weights whole (DeepSpeed is refused by ``train_salvage_ds``)."""
-        return self.accelerator is not None and self.accelerator.distributed_type.name == "FSDP"
-
     def _start(self, policy) -> None:
         """The main process starts (managed) or attaches to the server; the others attach once it is healthy, with
         its URL and key. A managed server serves the base weights in place, from the checkpoint directory the
@@ -185,10 +182,10 @@ class ServedSampler(_Versioned):
             self.server = VLLMServer(self.config).attach() if self.main else None
         else:
             # the same answer on every process (sharded: no check, which would read the weights whole)
-            base = base_directory(policy, check=not self._shards())
+            base = base_directory(policy, check=not is_sharded(self.accelerator))
             if base is None:
                 # the base weights the adapter applies to; sharded: gathered by every process (a collective)
-                weights = self.accelerator.get_state_dict(policy) if self._shards() else None
+                weights = self.accelerator.get_state_dict(policy) if is_sharded(self.accelerator) else None
                 if self.main:
                     base = self.work_dir / "base"
                     save_checkpoint(policy, self.processor, base, state_dict=weights)
@@ -203,7 +200,7 @@ class ServedSampler(_Versioned):
     def _adapter_weights(self, policy) -> dict[str, torch.Tensor] | None:
         """The trainable (LoRA) weights, full: gathered from their shards under FSDP2 (every process takes part,
         only these weights travel); None when this process holds them whole (``save_pretrained`` reads them)."""
-        if not self._shards():
+        if not is_sharded(self.accelerator):
             return None
         return {
             name: (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().cpu()
@@ -315,20 +312,3 @@ def make_sampler(
             "(NCCL or IPC between GPUs), which this project does not drive; use sampler.kind 'hf' for full weights"
         )
     return ServedSampler(config.server, work_dir, processor, prompt_config, p, accelerator)
-
-
-def is_sharded(policy) -> bool:
-    """The policy's weights are sharded over processes (FSDP2, ZeRO-3: ``train_loop`` flags the module for
-    synced generation), so each of its forwards is a collective every process must join."""
-    import torch.distributed as dist
-
-    return bool(getattr(policy, "_is_fsdp_managed_module", False)) and dist.is_initialized()
-
-
-def on_every_process(flag: bool, policy) -> bool:
-    """``flag`` and-ed over the processes (gloo on the CPU, nccl on GPUs: a tensor on the policy's device)."""
-    import torch.distributed as dist
-
-    value = torch.tensor([int(flag)], device=next(policy.parameters()).device)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
-    return bool(value.item())

@@ -3,34 +3,26 @@
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from rmsweb_kedro.contracts.prompts import PromptConfig
 from rmsweb_kedro.contracts.schema import conform_states
 from rmsweb_kedro.contracts.seeding import draw_states
 from rmsweb_kedro.measures.reporting import figure_panels
-from rmsweb_kedro.training.loop import LoopConfig
-from rmsweb_kedro.training.salvage_ds import SalvageDSParams
-from rmsweb_kedro.training.sampling import SamplerConfig
+from rmsweb_kedro.training.loop import clear_earlier_run
+from rmsweb_kedro.training.salvage_ds import SalvageDSJob
 from rmsweb_kedro.trajectories.states import split_by_task as states_split_by_task
 
 logger = logging.getLogger(__name__)
 
 
-class SalvageDSNodeParams(BaseModel):
-    """``params:salvage_ds`` (conf/base/parameters_salvage_ds.yml)."""
+class SalvageDSNodeParams(SalvageDSJob):
+    """``params:salvage_ds`` (conf/base/parameters_salvage_ds.yml): a :class:`SalvageDSJob` (the algorithm, loop,
+    prompt, dev samples, seed and sampler of one run) and what the stage adds around its runs."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    algorithm: SalvageDSParams = Field(default_factory=SalvageDSParams)
-    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
-    loop: LoopConfig
-    prompt: PromptConfig = Field(default_factory=PromptConfig)
     #: the training seeds (``loop.seed`` of each run): one RL run from the same SFT checkpoint a seed, each into
     #: ``loop.output_dir/seed_<s>``; ``evaluate`` scores every one and pools them
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
@@ -40,10 +32,6 @@ class SalvageDSNodeParams(BaseModel):
         None, ge=1, description="dev states scored (and selected on); None: all"
     )
     eval_samples: int = Field(4, ge=1, description="sampled replies a state in the before/after report")
-    dev_samples: int = Field(
-        0, ge=0, description="sampled replies a dev state at each evaluation (0: greedy)"
-    )
-    seed: int = 0
     #: None: train in this process. A name: ``accelerate launch --config_file <accelerate_dir>/<name>.yaml``.
     launch: str | None = None
     accelerate_dir: str = "conf/base/accelerate"
@@ -111,16 +99,7 @@ def train_rmsweb_models(
         "params": config.model_dump(mode="json"),
         "seeds": config.seeds,
     }
-    if train.height == 0:
-        raise ValueError(
-            "salvage_ds: critical_states holds no state to train on (after holding out "
-            f"{held_out.height} of {critical_states.height} for the report): mining found none; see mining_report"
-        )
-    if dev.height == 0:
-        raise ValueError(
-            "salvage_ds: sft_states_dev is empty, and the dev split is what the returned checkpoint is chosen on: "
-            "set sft_data.dev_fraction > 0"
-        )
+    _check_splits(train, held_out, dev, critical_states.height)
     splits = {
         "train": draw_states(train, config.max_eval_states, config.seed).to_dicts(),
         "held_out": draw_states(held_out, config.max_eval_states, config.seed).to_dicts(),
@@ -130,42 +109,72 @@ def train_rmsweb_models(
     scoring = competence_eval_fn(
         splits, config.algorithm, processor, config.prompt, config.eval_samples, config.seed
     )
-    before = scoring(model)
-    report["before"] = _by_split(before)
+    report["before"] = _by_split(scoring(model))
     models, histories, runs = {}, [], {}
     for seed in config.seeds:
         run = config.for_seed(seed)
-        output_dir = Path(run.loop.output_dir)
-        if (
-            not run.loop.resume and output_dir.exists()
-        ):  # a fresh run must not mix with an older run's checkpoints
-            shutil.rmtree(output_dir)
-        logger.info("salvage_ds: seed %d of %s, into %s", seed, config.seeds, output_dir)
-        if config.launch:
-            result = _train_launched(sft_model, train, dev, sft_states_train, run)
-        else:
-            result = _train_here(model, processor, train, dev, sft_states_train, run)
+        result = _train_seed(sft_model, train, dev, sft_states_train, run, config.seeds)
         after = scoring(result.model)
         models[seed] = LoadedModel(result.model, processor)
         history = pl.from_dicts(result.history, infer_schema_length=None)
         histories.append(history.with_columns(pl.lit(seed).alias("seed")))
-        runs[str(seed)] = {
-            "steps": result.step,
-            "best_step": result.best_step,  # the returned weights' step (0: the SFT policy)
-            "best_dev": result.best_value,  # their loop.select_metric
-            "returned": "sft" if result.best_step == 0 else f"step {result.best_step}",
-            "after": _by_split(after),
-            "resumed_from": result.resumed_from,
-            "stopped_early": result.stopped_early,
-            "means": {
-                c.removeprefix("train/"): history[c].mean() for c in history.columns if c.startswith("train/")
-            },
-        }
+        runs[str(seed)] = _seed_report(result, after, history)
         logger.info("salvage_ds seed %d: returned %s (%s %s)", seed, runs[str(seed)]["returned"],
                     run.loop.select_metric, result.best_value)  # fmt: skip
     report["runs"] = runs
     history = pl.concat(histories, how="diagonal_relaxed")
     return models, history.select("seed", "step", pl.exclude("seed", "step")), report
+
+
+def _check_splits(train: pl.DataFrame, held_out: pl.DataFrame, dev: pl.DataFrame, critical: int) -> None:
+    """Raise when there is nothing to train on, or no dev state to choose the returned checkpoint by."""
+    if train.height == 0:
+        raise ValueError(
+            "salvage_ds: critical_states holds no state to train on (after holding out "
+            f"{held_out.height} of {critical} for the report): mining found none; see mining_report"
+        )
+    if dev.height == 0:
+        raise ValueError(
+            "salvage_ds: sft_states_dev is empty, and the dev split is what the returned checkpoint is chosen on: "
+            "set sft_data.dev_fraction > 0"
+        )
+
+
+def _train_seed(
+    sft_model: Any,
+    train: pl.DataFrame,
+    dev: pl.DataFrame,
+    replay: pl.DataFrame,
+    run: SalvageDSNodeParams,
+    seeds: list[int],
+):
+    """One seed's run (``run``: :meth:`SalvageDSNodeParams.for_seed`), in this process or launched, into its own
+    folder, which a fresh run empties first."""
+    output_dir = Path(run.loop.output_dir)
+    clear_earlier_run(
+        output_dir, resume=run.loop.resume
+    )  # a fresh run must not mix with an older run's files
+    logger.info("salvage_ds: seed %d of %s, into %s", run.loop.seed, seeds, output_dir)
+    if run.launch:
+        return _train_launched(sft_model, train, dev, replay, run)
+    model, processor = sft_model
+    return _train_here(model, processor, train, dev, replay, run)
+
+
+def _seed_report(result: Any, after: dict[str, float], history: pl.DataFrame) -> dict[str, Any]:
+    """A seed's entry in the report: its steps, the returned weights and their scores, the means of its history."""
+    return {
+        "steps": result.step,
+        "best_step": result.best_step,  # the returned weights' step (0: the SFT policy)
+        "best_dev": result.best_value,  # their loop.select_metric
+        "returned": "sft" if result.best_step == 0 else f"step {result.best_step}",
+        "after": _by_split(after),
+        "resumed_from": result.resumed_from,
+        "stopped_early": result.stopped_early,
+        "means": {
+            c.removeprefix("train/"): history[c].mean() for c in history.columns if c.startswith("train/")
+        },
+    }
 
 
 def _train_here(
@@ -177,7 +186,7 @@ def _train_here(
     config: SalvageDSNodeParams,
 ):
     """One seed's run in this process, on a copy of the SFT weights (every seed starts from the same ones); the
-    node's parameters hold every :class:`SalvageDSJob` field (``training.salvage_ds.train_job``)."""
+    node's parameters hold every :class:`SalvageDSJob` field (``training.salvage_ds.run.train_job``)."""
     import copy
 
     from rmsweb_kedro.training.salvage_ds import dev_eval_fn, train_job
@@ -215,11 +224,10 @@ def _train_launched(
 
 
 def launch_job(work: Path, config: SalvageDSNodeParams) -> dict[str, Any]:
-    """The job of the launched entry point (``training.salvage_ds._main``) for files under ``work``: the saved
+    """The job of the launched entry point (``training.salvage_ds.run.main``) for files under ``work``: the saved
     policy ``work/policy`` with its load config (``launch_load``), ``train.parquet``, ``dev.parquet``,
     ``replay.parquet`` and the :class:`SalvageDSJob` fields of ``config``."""
     from rmsweb_kedro.training.launch import job_checkpoint
-    from rmsweb_kedro.training.salvage_ds import SalvageDSJob
 
     policy = str(work / "policy")
     return {
@@ -240,7 +248,7 @@ def _by_split(row: dict[str, Any]) -> dict[str, dict[str, float]]:
     return nested
 
 
-#: ``salvage_ds_groups``: every sampled group of every seed's run (``training.salvage_ds.GROUP_LOG``'s records).
+#: ``salvage_ds_groups``: every sampled group of every seed's run (``training.salvage_ds.run.GROUP_LOG``'s records).
 GROUPS_SCHEMA = pl.Schema(
     {"seed": pl.Int64, "batch": pl.Int64, "round": pl.Int64, "state_id": pl.String, "policy_version": pl.Int64,
      "samples": pl.List(pl.String), "rewards": pl.List(pl.Float64), "n_right": pl.Int64, "decision": pl.String,

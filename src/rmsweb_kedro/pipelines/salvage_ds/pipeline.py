@@ -1,4 +1,4 @@
-"""The ``salvage_ds`` pipeline: wiring only (nodes in ``nodes.py``, the maths in ``training/salvage_ds.py``)."""
+"""The ``salvage_ds`` pipeline: wiring only (nodes in ``nodes.py``, the maths in ``training/salvage_ds/``)."""
 
 from kedro.pipeline import Node, Pipeline
 
