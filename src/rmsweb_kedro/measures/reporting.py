@@ -1,6 +1,6 @@
 """What every report and plot of the project is made with: figures, markdown tables, rates as %, the Wilson interval,
 the intervals of paired differences (Newcombe's paired score interval, McNemar's exact test, the paired bootstrap),
-and the tables two pipelines both report (per-model tables gathered, reflection steps saved).
+what a design could have detected (the minimum detectable effect at a power), and the tables two pipelines both report (per-model tables gathered, reflection steps saved).
 
 A library module: no catalog names, no ``params:``. Figures are made without pyplot (no global state, nothing left
 open, no backend to choose); catalog datasets save them.
@@ -190,6 +190,71 @@ def pooled_seed_bootstrap(
     values = grid[rows[:, :, None], columns[:, None, :]].mean(axis=(1, 2))
     low, high = np.quantile(values, [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(low), float(high)
+
+
+# ---------------------------------------------------------------- power: what a design could have detected
+
+
+def power_multiplier(confidence: float = 0.95, power: float = 0.8) -> float:
+    """``z_{1-a/2} + z_{power}``, a = 1 - ``confidence``: how many standard errors a true difference must be for a
+    two-sided test at level a (its ``confidence`` interval excluding 0) to reject with probability ``power``
+    (1.95996 + 0.84162 = 2.80158 at 95 % and 80 %; the far tail, rejecting with the wrong sign, is neglected)."""
+    return z_score(confidence) + NormalDist().inv_cdf(power)
+
+
+def minimum_detectable_effect(
+    sd: float, n: int, confidence: float = 0.95, power: float = 0.8
+) -> float | None:
+    """Minimum detectable effect of a mean of ``n`` paired differences of standard deviation ``sd``, the normal
+    approximation: ``MDE = (z_{1-a/2} + z_{power}) sd / sqrt(n)`` (:func:`power_multiplier`): the smallest true
+    mean difference the design resolves (interval excluding 0) with probability ``power``. None when n = 0."""
+    if n <= 0:
+        return None
+    return power_multiplier(confidence, power) * sd / math.sqrt(n)
+
+
+def discordance_sd(only_first: float, only_second: float) -> float:
+    """Standard deviation of one pair's difference of 0/1 outcomes (1, 0 or -1), from the shares of discordant
+    pairs p10 = ``only_first`` (the first alone succeeds) and p01 = ``only_second``:
+    ``sqrt(p10 + p01 - (p10 - p01)^2)``. With :func:`minimum_detectable_effect` it is the paired-proportion (McNemar)
+    MDE ``sqrt(p10 + p01 - (p10 - p01)^2) / sqrt(n) * (z_{1-a/2} + z_{power})``; Connor's (1987) sample size puts
+    the null's ``sqrt(p10 + p01)`` on the z_{1-a/2} term instead, the same to first order in (p10 - p01)^2."""
+    return math.sqrt(max(0.0, only_first + only_second - (only_first - only_second) ** 2))
+
+
+def interval_mde(
+    low: float | None, high: float | None, confidence: float = 0.95, power: float = 0.8
+) -> float | None:
+    """The MDE when only a ``confidence`` interval is known (a bootstrap percentile interval): its half-width read as
+    z_{1-a/2} standard errors, ``MDE = (high - low) / 2 / z_{1-a/2} * (z_{1-a/2} + z_{power})``. None without an
+    interval."""
+    if low is None or high is None:
+        return None
+    return (high - low) / 2 / z_score(confidence) * power_multiplier(confidence, power)
+
+
+def pooled_seeds_mde(differences: Any, confidence: float = 0.95, power: float = 0.8) -> float | None:
+    """The MDE of the mean of ``differences`` (an ``(items, seeds)`` array, as :func:`pooled_seed_bootstrap`'s) with
+    the standard error that two-way bootstrap estimates: with row means r_i, column means c_j and grand mean m,
+    ``se^2 = var(r)/I + var(c)/S + var(x_ij - r_i - c_j + m)/(I S)`` (population variances; one seed: the paired
+    ``var(d)/n``), and ``MDE = (z_{1-a/2} + z_{power}) se``. Seeds that win and lose the same items add no power
+    (the rows carry the spread); seeds that differ item by item shrink it as 1/sqrt(I S). None under 2 items."""
+    import numpy as np
+
+    grid = np.asarray(differences, dtype=float)
+    items, seeds = grid.shape
+    if items < 2:
+        return None
+    rows, columns = grid.mean(axis=1), grid.mean(axis=0)
+    residual = grid - rows[:, None] - columns[None, :] + grid.mean()
+    se = math.sqrt(rows.var() / items + columns.var() / seeds + residual.var() / (items * seeds))
+    return power_multiplier(confidence, power) * se
+
+
+def pairs_needed(effect: float, sd: float, confidence: float = 0.95, power: float = 0.8) -> int:
+    """Pairs a paired design needs to detect a true mean difference ``effect`` with probability ``power``: the
+    :func:`minimum_detectable_effect` formula solved for n, ``ceil(((z_{1-a/2} + z_{power}) sd / effect)^2)``."""
+    return math.ceil((power_multiplier(confidence, power) * sd / effect) ** 2)
 
 
 # ---------------------------------------------------------------- reflection steps saved
