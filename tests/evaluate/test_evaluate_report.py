@@ -281,6 +281,8 @@ def test_paired_online_differences_on_the_same_episodes():
     assert row["this_run"] == pytest.approx(100 * 7 / 54) and row["n"] == 54
     assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
     assert row["interval"] == reporting.PAIRED_INTERVAL and row["p_value"] == pytest.approx(2 / 2**7)
+    # what 54 pairs at this discordance could have detected: sqrt(7/54 - (7/54)^2) / sqrt(54) x 2.8016
+    assert row["mde"] == pytest.approx(100 * 2.80158 * ((7 / 54) * (47 / 54)) ** 0.5 / 54**0.5, rel=1e-4)
     assert "54 (task, run) pairs" in row["measured_as"]
     # 1/54 against 0/54: not resolved.
     table = nodes.claims_table(
@@ -295,6 +297,8 @@ def test_paired_online_differences_on_the_same_episodes():
     row = claim(table, "RMSWeb beats SFT")
     assert row["this_run"] == 0 and row["low"] < 0 < row["high"] and row["resolved"] is False
     assert row["p_value"] is None and "no discordant pair" in row["measured_as"]
+    # no discordant pair leaves no spread to estimate: the MDE is the interval's
+    assert row["mde"] == pytest.approx(reporting.interval_mde(row["low"], row["high"])) and row["mde"] > 0
     # Environment errors are not judged: base's on t0-t2 take those pairs out (4 of sft's wins remain).
     errors = frozenset({0, 1, 2})
     table = nodes.claims_table(pl.concat([solved("base", set(), env_errors=errors), solved("sft", sft_wins)]), NO_PREDICTIONS,
@@ -393,6 +397,18 @@ def test_a_model_of_several_seeds_is_measured_a_seed_at_a_time_and_pooled():
         items_only, [0.0] * 40, lambda a, b: (a - b).mean(1), 4000, 0
     )
     assert high - low > state_high - state_low
+    assert pooled["mde"] == pytest.approx(100 * reporting.pooled_seeds_mde(grid))
+    # its lower end is 0 itself (a resample with seed 2's 0 alone): not resolved, and the report says what it could
+    # have detected
+    assert pooled["low"] == 0 and pooled["resolved"] is False
+    assert report.verdict(pooled, 0.8) == (
+        "c (seeds 0, 1, 2 pooled): +11.7 points, not resolved: the interval (+0.0 to "
+        f"{pooled['high']:+.1f}, two-way bootstrap (items x seeds)) holds 0, and this design could have detected "
+        f"only >= {pooled['mde']:.1f} points at 80% power (n=120: 40 items x 3 seeds)"
+    )
+    assert per_seed["mde"][2] == pytest.approx(
+        reporting.interval_mde(per_seed["low"][2], per_seed["high"][2])
+    )
 
 
 def test_claim_pairs_match_seeds_and_broadcast_a_single_model():
@@ -423,15 +439,26 @@ def test_report_says_which_paired_differences_are_resolved():
         report.collection_table({}),
         reporting.reflection_steps(collect_log(ATTEMPTS)), report.failure_modes(none, online), PARAMS,
     )  # fmt: skip
-    assert "| claim | seeds | paper | this_run | low | high | n | interval | resolved | p_value |" in markdown
     assert (
-        "SFT beats base: +13.0 points (+3.6 to +24.4, Newcombe paired score, 54 pairs), resolved" in markdown
-    )
-    assert (
-        "RMSWeb beats SFT: +3.7 points (-3.5 to +11.7, Newcombe paired score, 54 pairs), not resolved"
+        "| claim | seeds | paper | this_run | low | high | resolved | mde | n | interval | p_value |"
         in markdown
     )
+    # MDE at the observed discordance: 2.8016 sqrt(p10 + p01 - (p10 - p01)^2) / sqrt(54), p10 = 7/54 and 2/54
+    assert (
+        "SFT beats base: +13.0 points (+3.6 to +24.4, Newcombe paired score; could have detected >= 12.8 points "
+        "at 80% power (n=54 pairs)), resolved" in markdown
+    )
+    assert (
+        "RMSWeb beats SFT: +3.7 points, not resolved: the interval (-3.5 to +11.7, Newcombe paired score) holds 0, "
+        "and this design could have detected only >= 7.2 points at 80% power (n=54 pairs)" in markdown
+    )
     assert "not resolved at this n" not in markdown
+    assert "| RMSWeb beats SFT | – | +2.4 to +7.0 | 3.7 | -3.47 | 11.7 | no | 7.2 | 54 |" in markdown
+    # a higher power asks for a larger effect
+    stricter = nodes.claims_table(online, NO_PREDICTIONS, collect_log(ATTEMPTS), PARAMS | {"power": 0.9})
+    assert stricter["mde"][0] == pytest.approx(
+        claims["mde"][0] * reporting.power_multiplier(0.95, 0.9) / 2.80158, rel=1e-4
+    )
 
 
 def test_steps_saved_has_a_seeded_paired_bootstrap_interval():
@@ -445,6 +472,7 @@ def test_steps_saved_has_a_seeded_paired_bootstrap_interval():
     assert row["this_run"] == pytest.approx(100 * (1 - 41 / 54)) and row["n"] == 6
     assert 0 < row["low"] < row["this_run"] < row["high"] and row["resolved"] is True
     assert row["interval"] == reporting.BOOTSTRAP_INTERVAL and "2000 resamples" in row["measured_as"]
+    assert row["mde"] == pytest.approx((row["high"] - row["low"]) / 2 / 1.95996 * 2.80158, rel=1e-4)
     again = claim(nodes.claims_table(online, NO_PREDICTIONS, log, PARAMS), "shorter")
     assert (again["low"], again["high"]) == (row["low"], row["high"])  # seeded
     # Mixed savings: one task much longer with reflection, the interval takes in 0.

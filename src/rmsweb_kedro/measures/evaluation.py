@@ -116,6 +116,9 @@ class EvaluateParams(_Params):
     online: OnlineParams = Field(default_factory=OnlineParams)
     cost: CostModel = Field(default_factory=CostModel)
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    power: float = Field(
+        default=0.8, gt=0, lt=1, description="power of the claims' minimum detectable effect (`mde`)"
+    )
     seed: int = 0
     bootstrap_resamples: int = Field(
         default=2000,

@@ -26,11 +26,15 @@ from rmsweb_kedro.measures.reporting import (
     PAIRED_INTERVAL,
     SEEDS_INTERVAL,
     as_percent,
+    discordance_sd,
+    interval_mde,
     markdown_table,
     mcnemar_exact_p,
+    minimum_detectable_effect,
     paired_bootstrap,
     paired_difference_interval,
     pooled_seed_bootstrap,
+    pooled_seeds_mde,
     reflection_step_pairs,
     reflection_steps,
     steps_saved_pct,
@@ -70,8 +74,9 @@ def collection_table(collection_stats: dict[str, Any]) -> pl.DataFrame:
 
 @dataclass(frozen=True)
 class Measure:
-    """This run's figure for a claim: the value (None: not measured), how it was measured (or why not), and its
-    interval at the report's confidence (same unit as the value), over ``n`` pairs by the method ``interval``."""
+    """This run's figure for a claim: the value (None: not measured), how it was measured (or why not), its
+    interval at the report's confidence (same unit as the value), over ``n`` pairs by the method ``interval``, and
+    ``mde``, the smallest true value that design would have resolved at the report's power (same unit)."""
 
     value: float | None
     how: str
@@ -80,14 +85,17 @@ class Measure:
     n: int | None = None
     interval: str | None = None
     p_value: float | None = None
+    mde: float | None = None
 
 
 def paired_points(
-    rows: pl.DataFrame, first: str, second: str, confidence: float, *, offline: bool = False
+    rows: pl.DataFrame, first: str, second: str, config: EvaluateParams, *, offline: bool = False
 ) -> Measure:
     """``first``'s success minus ``second``'s in points, paired (:func:`~rmsweb_kedro.measures.evaluation.paired_outcomes`):
     online episodes by task and run (environment errors left out), or with ``offline`` the held-out states' step
-    success by state; with Newcombe's paired interval and McNemar's exact p-value (:mod:`rmsweb_kedro.measures.reporting`)."""
+    success by state; with Newcombe's paired interval and McNemar's exact p-value (:mod:`rmsweb_kedro.measures.reporting`)
+    and the MDE of the observed discordance (``reporting.discordance_sd``; with no discordant pair, which leaves no
+    spread to estimate, the interval's: ``reporting.interval_mde``)."""
     if offline:
         counts = paired_outcomes(rows, first, second, on=("state_id",), outcome="step_success")
         what, row, items = "offline step success", "offline prediction", "held-out states scored for both"
@@ -107,16 +115,21 @@ def paired_points(
         missing = [m for m in (first, second) if m not in set(rows["model"].to_list())]
         why = f"no {row} of {', '.join(missing)}" if missing else none
         return Measure(None, f"{what}: not measured ({why})", n=0)
+    confidence, power = config.confidence, config.power
     low, high = paired_difference_interval(both, only_first, only_second, neither, confidence)
+    mde = (
+        minimum_detectable_effect(discordance_sd(only_first / n, only_second / n), n, confidence, power)
+        if only_first + only_second
+        else interval_mde(low, high, confidence, power)
+    )
     p_value = mcnemar_exact_p(only_first, only_second)
     test = "no discordant pair" if p_value is None else f"McNemar exact p = {p_value:.3g}"
     how = (
         f"{what}, over the {n} {items}: "
         f"{only_first} won by {first} alone, {only_second} by {second} alone; {test}"
     )
-    return Measure(
-        100 * (only_first - only_second) / n, how, 100 * low, 100 * high, n, PAIRED_INTERVAL, p_value
-    )
+    value = 100 * (only_first - only_second) / n
+    return Measure(value, how, 100 * low, 100 * high, n, PAIRED_INTERVAL, p_value, 100 * mde)
 
 
 def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: EvaluateParams) -> Measure:
@@ -146,7 +159,7 @@ def online_steps_saved(episodes: pl.DataFrame, first: str, second: str, config: 
     )
     return Measure(
         float(steps_saved_pct(ours, theirs)), how, low, high, pairs.height,
-        None if low is None else BOOTSTRAP_INTERVAL,
+        None if low is None else BOOTSTRAP_INTERVAL, mde=interval_mde(low, high, config.confidence, config.power),
     )  # fmt: skip
 
 
@@ -184,7 +197,7 @@ def pooled_points(
     (held-out states offline; (task, run) episodes online) judged for every seed's pair (:func:`claim_pairs`), of
     each seed's paired difference, with the two-way bootstrap interval over items and seeds
     (:func:`~rmsweb_kedro.measures.reporting.pooled_seed_bootstrap`, ``bootstrap_resamples``, seeded with
-    ``seed``)."""
+    ``seed``), and its MDE (:func:`~rmsweb_kedro.measures.reporting.pooled_seeds_mde`)."""
     import numpy as np
 
     on, outcome = (("state_id",), "step_success") if offline else (("task_id", "run"), "success")
@@ -213,7 +226,11 @@ def pooled_points(
     )
     if low is not None:
         low, high = 100 * low, 100 * high
-    return Measure(float(100 * np.mean(grid)), how, low, high, int(grid.size), SEEDS_INTERVAL)
+    mde = pooled_seeds_mde(grid, config.confidence, config.power)
+    return Measure(
+        float(100 * np.mean(grid)), how, low, high, int(grid.size), SEEDS_INTERVAL,
+        mde=None if mde is None else 100 * mde,
+    )  # fmt: skip
 
 
 def paired_measures(
@@ -231,7 +248,7 @@ def paired_measures(
     def one(a: str, b: str) -> Measure:
         if claim.key == "steps_on_solved_pct":
             return online_steps_saved(episodes, a, b, config)
-        return paired_points(rows, a, b, config.confidence, offline=offline)
+        return paired_points(rows, a, b, config, offline=offline)
 
     measured = [(None if seed is None else str(seed), one(a, b)) for seed, a, b in pairs]
     if len(pairs) > 1 and claim.key != "steps_on_solved_pct":
@@ -275,13 +292,9 @@ def reflection_saving(collection_log: pl.DataFrame, config: EvaluateParams) -> M
         )
     )
     return Measure(
-        row["steps_saved_pct"],
-        how,
-        low,
-        high,
-        row["solved_both"],
-        None if low is None else BOOTSTRAP_INTERVAL,
-    )
+        row["steps_saved_pct"], how, low, high, row["solved_both"], None if low is None else BOOTSTRAP_INTERVAL,
+        mde=interval_mde(low, high, config.confidence, config.power),
+    )  # fmt: skip
 
 
 def measures(
@@ -292,11 +305,12 @@ def measures(
 
 
 #: The claims table's columns: the paper's claim, this run's figure with its interval (``low``-``high`` over ``n``
-#: pairs or tasks by the method ``interval``; ``resolved``: the interval excludes 0) and how it was measured.
+#: pairs or tasks by the method ``interval``; ``resolved``: the interval excludes 0; ``mde``: the smallest true
+#: value the design would have resolved at ``evaluate.power``) and how it was measured.
 CLAIMS_SCHEMA = pl.Schema(
     {"claim": pl.String, "seeds": pl.String, "paper": pl.String, "this_run": pl.Float64, "low": pl.Float64,
-     "high": pl.Float64,
-     "n": pl.Int64, "interval": pl.String, "resolved": pl.Boolean, "p_value": pl.Float64, "same_direction": pl.Boolean,
+     "high": pl.Float64, "resolved": pl.Boolean, "mde": pl.Float64,
+     "n": pl.Int64, "interval": pl.String, "p_value": pl.Float64, "same_direction": pl.Boolean,
      "within_paper_range": pl.Boolean, "measured_as": pl.String}
 )  # fmt: skip
 
@@ -308,7 +322,8 @@ def claims_table(
     :func:`paired_measures` for a claim naming two ``models``: a row a training seed and one pooled over them where
     a model has several, ``seeds`` naming them), its interval and whether the direction agrees: every claim is
     stated as a gain (points gained, % of steps saved), so agreeing means a positive figure; ``resolved`` says
-    whether the interval excludes 0 (None when there is no interval)."""
+    whether the interval excludes 0 (None when there is no interval) and ``mde`` what the design could have
+    resolved (``evaluate.power``)."""
     measured = measures(episodes, collection_log, config)
     rows = []
     for claim in config.claims:
@@ -329,7 +344,7 @@ def claim_row(claim: Claim, seeds: str | None, m: Measure) -> dict[str, Any]:
         else claim.paper_low <= m.value <= claim.paper_high
     )
     return {"claim": claim.claim, "seeds": seeds, "paper": claim.paper, "this_run": m.value, "low": m.low,
-            "high": m.high, "n": m.n, "interval": m.interval, "p_value": m.p_value,
+            "high": m.high, "mde": m.mde, "n": m.n, "interval": m.interval, "p_value": m.p_value,
             "resolved": None if m.low is None or m.high is None else m.low > 0 or m.high < 0,
             "same_direction": None if m.value is None else m.value > 0, "within_paper_range": in_range,
             "measured_as": m.how}  # fmt: skip
@@ -436,9 +451,31 @@ def salvage_ds_table(report: dict[str, Any] | None) -> pl.DataFrame:
 # ---------------------------------------------------------------- the report
 
 
-def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: float) -> str:
+def verdict(row: dict[str, Any], power: float) -> str:
+    """A claims-table row's paired difference in words: the figure, its interval, what the design could have
+    detected (``mde`` at ``power``, over its n and seeds) and whether the interval resolves it; one not resolved
+    says so with both: a true difference under the MDE had less than ``power`` chance of being resolved."""
+    seeds, over, which = row["seeds"], f"n={row['n']} pairs", ""
+    if seeds is not None and seeds.startswith("pooled"):
+        pooled = seeds.removeprefix("pooled ")
+        count = len(pooled.split(", "))
+        over, which = f"n={row['n']}: {row['n'] // count} items x {count} seeds", f" (seeds {pooled} pooled)"
+    elif seeds is not None:
+        which = f" (seed {seeds})"
+    head = f"{row['claim']}{which}: {row['this_run']:+.1f} points"
+    interval = f"{row['low']:+.1f} to {row['high']:+.1f}, {row['interval']}"
+    detectable = f"{row['mde']:.1f} points at {power:.0%} power ({over})"
+    if row["resolved"]:
+        return f"{head} ({interval}; could have detected >= {detectable}), resolved"
+    return (
+        f"{head}, not resolved: the interval ({interval}) holds 0, and this design could have detected only "
+        f">= {detectable}"
+    )
+
+
+def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: float, power: float) -> str:
     """One honest sentence on what the online episodes can tell apart at this n, and one per paired difference of
-    the claims table (its interval and whether it is resolved)."""
+    the claims table (:func:`verdict`: its interval, its MDE at ``power`` and whether it is resolved)."""
     judged = comparison.filter(pl.col("success_rate").is_not_null()) if comparison.height else comparison
     if judged.height == 0:
         return "No online episode was judged in this run."
@@ -456,12 +493,10 @@ def online_caveat(comparison: pl.DataFrame, claims: pl.DataFrame, confidence: fl
         f"are up to {100 * widest:.0f} points wide."
     )
     paired = [
-        f"{r['claim']}{'' if r['seeds'] is None else ' (seeds ' + r['seeds'] + ')'}: {r['this_run']:+.1f} points "
-        f"({r['low']:+.1f} to {r['high']:+.1f}, {r['interval']}, {r['n']} pairs), "
-        f"{'resolved' if r['resolved'] else 'not resolved'}"
-        for r in claims.filter(pl.col("interval").is_in([PAIRED_INTERVAL, SEEDS_INTERVAL])).iter_rows(
-            named=True
-        )
+        verdict(r, power)
+        for r in claims.filter(
+            pl.col("interval").is_in([PAIRED_INTERVAL, SEEDS_INTERVAL]) & pl.col("mde").is_not_null()
+        ).iter_rows(named=True)
     ]
     if not paired:
         return sentence + " Differences inside them are not resolved at this n."
@@ -519,13 +554,14 @@ def build_report(
 def _protocol_section(config: EvaluateParams) -> list[str]:
     """How to read the rates, and the online protocol and cost model."""
     online = config.online
+    seen, held = ("all" if n is None else f"up to {n}" for n in (online.max_tasks, online.max_held_out_tasks))
     return [
         "Rates in %. Online success is over judged episodes (environment failures are counted apart, never as the "
         f"agent's failure); `successes` gives k/n over the {online.runs} run(s); the interval is Wilson's at "
         f"{config.confidence:.0%} over the `distinct_episodes` (greedy repeats of a task with the same outcome "
         "are one episode); `run_std` is the spread of the per-run rates.",
-        f"Online protocol: sandbox splits {online.splits}, up to {online.max_tasks} tasks on the training sites and "
-        f"{online.max_held_out_tasks} on the held-out sites {online.held_out_sites}, max {online.max_steps} steps, "
+        f"Online protocol: sandbox splits {online.splits}, {seen} tasks on the training sites and {held} on the "
+        f"held-out sites {online.held_out_sites}, max {online.max_steps} steps, "
         f"{'greedy' if online.greedy else f'sampled (T={online.temperature})'} decoding, judge: the sandbox "
         f"checker. Cost model: {config.cost.prompt_usd_per_million} / {config.cost.completion_usd_per_million} USD "
         "per million prompt / completion tokens.",
@@ -552,7 +588,7 @@ def _evaluation_sections(
         markdown_table(as_percent(kinds, ["step_success_rate", "success_low", "success_high"])),
         "## Online success in the sandbox",
         markdown_table(table.select([c for c in ONLINE_COLUMNS if c in table.columns])),
-        online_caveat(comparison, claims, config.confidence),
+        online_caveat(comparison, claims, config.confidence, config.power),
         "### By site group, sandbox split, site and level",
         markdown_table(as_percent(breakdown, ["success_rate", "success_low", "success_high"])),
     ]
@@ -563,7 +599,10 @@ def _claims_section(claims: pl.DataFrame, config: EvaluateParams) -> list[str]:
     return [
         "## The paper's claims and this run",
         f"Each figure with its {config.confidence:.0%} interval (`low`–`high`, same unit, over `n` pairs or tasks, "
-        "by the method `interval`); `resolved`: the interval excludes 0. Online differences pair the two models' "
+        "by the method `interval`); `resolved`: the interval excludes 0; `mde`: the minimum detectable effect, the "
+        "smallest true value this design (its `n`, its seeds, the spread of its pairs) would have resolved with "
+        f'{config.power:.0%} power, a true value below it less often (docs/evaluate.md, "Power"). Online '
+        "differences pair the two models' "
         "episodes of the same task and run (environment errors left out; greedy repeats with the same outcomes "
         "count once), offline ones their replies at the same "
         "held-out state, and take Newcombe's paired score interval with McNemar's exact `p_value`; steps saved "

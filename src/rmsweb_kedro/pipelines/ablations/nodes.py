@@ -137,7 +137,7 @@ def ablation_section(
     online: bool,
 ) -> str:
     """The report's "Ablations" section (markdown): the table, the claims between variants (``ablation_claims``:
-    paired differences with their intervals), the paired reflection-steps table, the budget
+    paired differences with their intervals and MDEs), the paired reflection-steps table, the budget
     (``ablations.budget``: tasks collected per mode, SFT and Salvage-DS steps per variant; whether the variants were
     evaluated online) and the plot."""
     return "\n\n".join(
@@ -155,7 +155,8 @@ def ablation_section(
             + ".",
             ablation_markdown(table).strip(),
             "### Claims between variants (paired: online by task and run, offline by held-out state; `resolved`: "
-            "the interval excludes 0)",
+            "the interval excludes 0; `mde`: the smallest true difference this `n` would have resolved at "
+            "`evaluate.power`, 80 % by default: a claim not resolved may still hold below it)",
             markdown_table(claims),
             "### Reflection steps saved (the collection-mode ablation, paired on the tasks both modes solved)",
             markdown_table(steps),
