@@ -142,6 +142,8 @@ def test_no_probe_tasks_is_the_two_way_split_with_an_empty_probe_pool(tiny_state
     assert train.equals(two_way[0]) and val.equals(two_way[1])
     named = states_split_by_task(states, {"held_out": 10}, 3)  # one count: one part of that name
     assert len(named) == 2 and named[0].equals(train) and named[1].equals(val)
+    with pytest.raises(ValueError, match=r"held-out fraction 1 must be in \[0, 1\)"):
+        states_split_by_task(states, 1.0, 3)
     stats = describe_states(train, val, probe, dev, VAL_ONLY)
     assert stats["probe"]["samples"] == 0 and stats["split"]["probe_tasks"] == 0
 
