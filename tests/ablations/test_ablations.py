@@ -133,16 +133,19 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
     ``${merge:${collect}, ...}`` live in base and still see the change (the project's loader resolves once)."""
     experiment = ProjectConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS, env="experiment")["parameters"]
     ablations = experiment["ablations"]
-    assert experiment["collect"]["max_tasks"] == 1200 and ablations["budget"]["collect"]["max_tasks"] == 100
+    assert experiment["collect"]["max_tasks"] is None and ablations["budget"]["collect"]["max_tasks"] == 100
     # no screenshots are collected where the policy's prompt shows none
     assert not experiment["collect"]["keep_screenshots"]
     assert "screenshot" not in experiment["sft"]["training"]["prompt"]["observation"]
     for mode in COLLECTION_MODES:
         variant = ablations[f"collect_{mode}"]
         assert variant["collect"]["max_tasks"] == 100 and variant["collect"]["modes"] == [mode]
-        # the experiment's val share reaches the students; their probe pool stays empty (not mined)
-        assert variant["sft_data"]["val_fraction"] == experiment["sft_data"]["val_fraction"] == 0.1
-        assert variant["sft_data"]["probe_fraction"] == 0.0
+        # the experiment's budget holds 10 of a student's 100 tasks out as val (its own 120 would leave none);
+        # the probe pool and dev stay empty (not mined), the seed is the experiment's
+        split = variant["sft_data"]
+        counts = [split[key] for key in ("val_tasks", "probe_tasks", "dev_tasks", "min_train_tasks")]
+        assert counts == [10, 0, 0, 50]
+        assert experiment["sft_data"]["val_tasks"] == 120 and split["seed"] == experiment["sft_data"]["seed"]
         # each collection's student continues the SFT model where its schedule ended (the loop's 10 % floor)
         loop = variant["sft"]["training"]["loop"]
         assert loop["max_steps"] == 150
@@ -222,9 +225,11 @@ def test_the_probe_pool_is_namespaced_in_the_collection_variants_and_empty_there
                 f"data/05_model_input/ablations/{variant}/{name.rsplit('.', 1)[1]}.parquet"
             )
         params = loader["parameters"]["ablations"][variant]["sft_data"]
+        # 6 of the 40 collected tasks held out as val (base's 24 would leave a student too few); no pool, no dev
+        assert (params["val_tasks"], params["probe_tasks"], params["dev_tasks"]) == (6, 0, 0)
         assert (
-            params["probe_fraction"] == params["dev_fraction"] == 0.0
-            and params["val_fraction"] == loader["parameters"]["sft_data"]["val_fraction"]
+            params["min_train_tasks"] <= 40 - 6
+            and params["prompt"] == loader["parameters"]["sft_data"]["prompt"]
         )
     (select,) = [
         n for n in ablations.nodes if n.name == f"ablations.{FULL_CORPUS}.mining.select_critical_states"

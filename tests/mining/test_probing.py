@@ -59,7 +59,7 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
 
 
 def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
-    """The weak site's states are the probe pool: held out of SFT, as sft_data holds out probe_fraction of the
+    """The weak site's states are the probe pool: held out of SFT, as sft_data holds out probe_tasks of the
     tasks. Mining singles them out, and the report says the critical states came from there."""
     from rmsweb_kedro.models.modeling import load_model
     from rmsweb_kedro.pipelines.mining.nodes import (

@@ -1,5 +1,5 @@
-"""sft_data: successful trajectories only, one state per step with its history, a split by task into train, val and
-the probe pool, stats."""
+"""sft_data: successful trajectories only, one state per step with its history, a split by task into train, val, the
+probe pool and dev (task counts), stats."""
 
 from pathlib import Path
 
@@ -102,22 +102,21 @@ def test_unparsed_step_in_a_successful_trajectory_is_named():
         build_states(rows, steps)
 
 
-#: ``split_by_task`` with ``val_fraction: 0.25, seed: 3`` on tiny_states before the probe pool existed (computed
-#: with the two-way split of commit 34ca745): a probe pool must not move a task in or out of val.
+#: ``split_by_task`` holding out 10 of tiny_states' 40 tasks as val with seed 3, before the probe pool existed
+#: (computed with the two-way split of commit 34ca745): a probe pool must not move a task in or out of val.
 VAL_TASKS_BEFORE_THE_POOL = ["shop-001", "shop-003", "shop-005", "shop-011", "shop-020", "shop-025", "shop-032",
                              "shop-034", "shop-036", "shop-039"]  # fmt: skip
+
+#: Val alone: 10 of tiny_states' 40 tasks, the rest train.
+VAL_ONLY = {"val_tasks": 10, "probe_tasks": 0, "dev_tasks": 0, "min_train_tasks": 1, "seed": 3}
 
 
 def test_split_is_by_task_and_stats_count_samples(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val, probe, dev = split_by_task(
-        states, {"val_fraction": 0.25, "probe_fraction": 0.0, "dev_fraction": 0.0, "seed": 3}
-    )
+    train, val, probe, dev = split_by_task(states, VAL_ONLY)
     assert not set(train["task_id"]) & set(val["task_id"])
     assert train.height + val.height == states.height and val["task_id"].n_unique() == 10
-    again = split_by_task(
-        states, {"val_fraction": 0.25, "probe_fraction": 0.0, "dev_fraction": 0.0, "seed": 3}
-    )[1]
+    again = split_by_task(states, VAL_ONLY)[1]
     assert again["state_id"].to_list() == val["state_id"].to_list()
     # 56 characters (14 tokens at 4 a token): the search page fits, results and item pages are cut
     stats = describe_states(train, val, probe, dev, {"prompt": {"axtree_max_tokens": 14}})
@@ -132,31 +131,30 @@ def test_split_is_by_task_and_stats_count_samples(tiny_states):
     assert stats["train"]["history_steps_cut"] == stats["train"]["history_cut_states"] == 2 * tasks
 
 
-def test_probe_fraction_zero_is_the_two_way_split_with_an_empty_probe_pool(tiny_states):
+def test_no_probe_tasks_is_the_two_way_split_with_an_empty_probe_pool(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val, probe, dev = split_by_task(
-        states, {"val_fraction": 0.25, "probe_fraction": 0.0, "dev_fraction": 0.0, "seed": 3}
-    )
+    train, val, probe, dev = split_by_task(states, VAL_ONLY)
     assert sorted(set(val["task_id"])) == VAL_TASKS_BEFORE_THE_POOL
     assert sorted(set(train["task_id"])) == sorted(set(states["task_id"]) - set(VAL_TASKS_BEFORE_THE_POOL))
     assert probe.height == 0 and probe.schema == STATE_SCHEMA
-    # the same rows, in the same order, as the two-way split Salvage-DS uses
+    # the same rows, in the same order, as the two-way split Salvage-DS uses (one fraction: round(40 * 0.25) = 10)
     two_way = states_split_by_task(states, 0.25, 3)
     assert train.equals(two_way[0]) and val.equals(two_way[1])
-    named = states_split_by_task(states, {"held_out": 0.25}, 3)  # one fraction: one part of that name
+    named = states_split_by_task(states, {"held_out": 10}, 3)  # one count: one part of that name
     assert len(named) == 2 and named[0].equals(train) and named[1].equals(val)
-    stats = describe_states(train, val, probe, dev, {"probe_fraction": 0.0})
-    assert stats["probe"]["samples"] == 0 and stats["split"]["probe_fraction"] == 0.0
+    with pytest.raises(ValueError, match=r"held-out fraction 1 must be in \[0, 1\)"):
+        states_split_by_task(states, 1.0, 3)
+    stats = describe_states(train, val, probe, dev, VAL_ONLY)
+    assert stats["probe"]["samples"] == 0 and stats["split"]["probe_tasks"] == 0
 
 
-def test_probe_pool_takes_its_share_of_tasks_and_each_task_is_in_one_part(tiny_states):
+def test_probe_pool_takes_its_tasks_and_each_task_is_in_one_part(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    train, val, probe, dev = split_by_task(
-        states, {"val_fraction": 0.25, "probe_fraction": 0.2, "dev_fraction": 0.0, "seed": 3}
-    )
+    counts = VAL_ONLY | {"probe_tasks": 8}
+    train, val, probe, dev = split_by_task(states, counts)
     parts = {"train": train, "val": val, "probe": probe}
     tasks = {name: set(frame["task_id"]) for name, frame in parts.items()}
-    # 40 tasks: round(40 * 0.25) = 10 val, round(40 * 0.2) = 8 probe, 22 train; every state in exactly one part
+    # 40 tasks: 10 val, 8 probe, 22 train; every state in exactly one part
     assert {name: len(t) for name, t in tasks.items()} == {"train": 22, "val": 10, "probe": 8}
     assert tasks["train"] | tasks["val"] | tasks["probe"] == set(states["task_id"])
     assert not (
@@ -165,9 +163,17 @@ def test_probe_pool_takes_its_share_of_tasks_and_each_task_is_in_one_part(tiny_s
     assert sorted(pl.concat(parts.values())["state_id"]) == sorted(states["state_id"])
     assert sorted(tasks["val"]) == VAL_TASKS_BEFORE_THE_POOL  # the pool is taken from train, never from val
     assert probe.height == 3 * 8 and probe.schema == STATE_SCHEMA
-    stats = describe_states(train, val, probe, dev, {"probe_fraction": 0.2})
+    stats = describe_states(train, val, probe, dev, counts)
     assert (stats["probe"]["tasks"], stats["probe"]["samples"]) == (8, 24)
-    assert stats["split"] == {"val_fraction": 0.15, "probe_fraction": 0.2, "dev_fraction": 0.1, "seed": 0}
+    assert stats["split"] == {
+        "val_tasks": 10,
+        "probe_tasks": 8,
+        "dev_tasks": 0,
+        "min_train_tasks": 1,
+        "seed": 3,
+    }
+    assert describe_states(train, val, probe, dev, {})["split"] == {
+        "val_tasks": 24, "probe_tasks": 32, "dev_tasks": 16, "min_train_tasks": 136, "seed": 0}  # fmt: skip
     moved = sorted(tasks["train"])[0]  # a train task's states also in the probe pool
     with pytest.raises(ValueError, match=f"tasks in both train and probe: \\['{moved}'\\]"):
         describe_states(train, val, pl.concat([probe, train.filter(pl.col("task_id") == moved)]), dev, {})
@@ -175,41 +181,48 @@ def test_probe_pool_takes_its_share_of_tasks_and_each_task_is_in_one_part(tiny_s
 
 def test_the_dev_split_comes_after_val_and_the_probe_pool_and_moves_neither(tiny_states):
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    fractions = {"val_fraction": 0.25, "probe_fraction": 0.2, "seed": 3}
-    _, val0, probe0, dev0 = split_by_task(states, fractions | {"dev_fraction": 0.0})
-    train, val, probe, dev = split_by_task(states, fractions | {"dev_fraction": 0.1})
-    # 40 tasks: 10 val, 8 probe, round(40 * 0.1) = 4 dev, 18 train; val and the pool are the same as without dev
+    counts = VAL_ONLY | {"probe_tasks": 8}
+    _, val0, probe0, dev0 = split_by_task(states, counts)
+    train, val, probe, dev = split_by_task(states, counts | {"dev_tasks": 4})
+    # 40 tasks: 10 val, 8 probe, 4 dev, 18 train; val and the pool are the same as without dev
     assert (val["state_id"].to_list(), probe["state_id"].to_list()) == (
         val0["state_id"].to_list(),
         probe0["state_id"].to_list(),
     )
     assert dev0.height == 0 and dev["task_id"].n_unique() == 4 and train["task_id"].n_unique() == 18
     assert not set(dev["task_id"]) & (set(train["task_id"]) | set(val["task_id"]) | set(probe["task_id"]))
-    stats = describe_states(train, val, probe, dev, fractions | {"dev_fraction": 0.1})
-    assert stats["dev"]["tasks"] == 4 and stats["split"]["dev_fraction"] == 0.1
+    stats = describe_states(train, val, probe, dev, counts | {"dev_tasks": 4})
+    assert stats["dev"]["tasks"] == 4 and stats["split"]["dev_tasks"] == 4
 
 
-def test_small_corpora_keep_a_train_task_and_fractions_must_leave_one():
-    states = pl.DataFrame(
-        [{"state_id": f"t{i}:0", "task_id": f"t{i}", "trajectory_id": f"t{i}", "reference_action": "stop()"}
-         for i in range(3)]  # fmt: skip
-    ).pipe(lambda frame: frame.with_columns(pl.lit(None).cast(STATE_SCHEMA[c]).alias(c)
-                                            for c in STATE_SCHEMA.names() if c not in frame.columns))  # fmt: skip
-    # 3 tasks, val 0.2 -> 1 (at least one), probe 0.05 -> 1 (at least one), 1 left to train
-    train, val, probe, dev = split_by_task(
-        states, {"val_fraction": 0.2, "probe_fraction": 0.05, "dev_fraction": 0.0}
-    )
-    assert (train.height, val.height, probe.height, dev.height) == (1, 1, 1, 0)
-    # probe 0.6 -> round(1.8) = 2 of the 2 tasks left: capped at 1 so that one task trains; dev gets none then
-    train, val, probe, dev = split_by_task(
-        states, {"val_fraction": 0.2, "probe_fraction": 0.6, "dev_fraction": 0.1}
-    )
-    assert (train.height, val.height, probe.height, dev.height) == (1, 1, 1, 0)
+def test_the_parts_keep_their_counts_as_the_collection_grows(tiny_states):
+    """Counts, not shares: more collected tasks all go to train; val, probe and dev keep their sizes (shares of 160
+    tasks left SFT 87)."""
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
+    counts = {"val_tasks": 4, "probe_tasks": 3, "dev_tasks": 2, "min_train_tasks": 1, "seed": 3}
+    ids = sorted(set(states["task_id"]))
+    sizes = []
+    for n in (20, 40):
+        parts = split_by_task(states.filter(pl.col("task_id").is_in(ids[:n])), counts)
+        sizes.append([frame["task_id"].n_unique() for frame in parts])
+    assert sizes == [[11, 4, 3, 2], [31, 4, 3, 2]]
+
+
+def test_too_few_tasks_for_sft_is_an_error_naming_the_counts(tiny_states):
+    states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
+    # 40 tasks: 10 + 8 + 4 held out leave 18, exactly the minimum
+    counts = {"val_tasks": 10, "probe_tasks": 8, "dev_tasks": 4, "min_train_tasks": 18}
+    assert split_by_task(states, counts)[0]["task_id"].n_unique() == 18
     with pytest.raises(
         ValueError,
-        match=r"val_fraction \(0.5\) \+ probe_fraction \(0.3\) \+ dev_fraction \(0.2\) must be < 1",
+        match=r"40 tasks to split: val 10 \+ probe 8 \+ dev 4 held out leave 18 to train, min_train_tasks is 19",
     ):
-        split_by_task(states, {"val_fraction": 0.5, "probe_fraction": 0.3, "dev_fraction": 0.2})
+        split_by_task(states, counts | {"min_train_tasks": 19})
+    # the defaults need 24 + 32 + 16 + 136 = 208 tasks
+    with pytest.raises(ValueError, match=r"val 24 \+ probe 32 \+ dev 16 held out leave -32 to train"):
+        split_by_task(states, {})
+    with pytest.raises(ValueError, match="val_tasks"):
+        split_by_task(states, {"val_tasks": -1})
 
 
 def test_wiring_and_catalog_of_the_probe_pool(tmp_path, tiny_states):
@@ -241,10 +254,25 @@ def test_wiring_and_catalog_of_the_probe_pool(tmp_path, tiny_states):
         {"sft_states_probe": {**probe, "filepath": str(tmp_path / "p.parquet")}}
     )
     states = pl.DataFrame(tiny_states, schema=STATE_SCHEMA)
-    empty = split_by_task(states, {"probe_fraction": 0.0})[2]
+    empty = split_by_task(states, VAL_ONLY)[2]
     catalog.save("sft_states_probe", empty)
     assert catalog.load("sft_states_probe").schema == STATE_SCHEMA
-    for env in ("base", "experiment"):
-        params = yaml.safe_load((conf / env / "parameters_sft_data.yml").read_text())["sft_data"]
-        assert 0 <= params["probe_fraction"] < 1
-    assert SFTDataParams.model_validate({"probe_fraction": 0.2}).probe_fraction == 0.2
+    assert SFTDataParams.model_validate({"probe_tasks": 20}).probe_tasks == 20
+
+
+@pytest.mark.parametrize(("env", "min_train_tasks"), [(None, 136), ("experiment", 955)])
+def test_collection_is_planned_large_enough_for_the_split(env, min_train_tasks):
+    """The environment's collection can give sft_data every held-out part and min_train_tasks beside them: its
+    cap is at least their sum (null: every train task), and the sandbox suite has that many train tasks."""
+    from rmsweb_kedro.pipelines.sft_data.nodes import SFTDataParams
+    from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, CONFIG_LOADER_CLASS
+    from rmsweb_kedro.web.sandbox.tasks import SandboxParams, generate_tasks
+
+    conf = Path(__file__).parents[2] / "conf"
+    params = CONFIG_LOADER_CLASS(conf_source=str(conf), env=env, **CONFIG_LOADER_ARGS)["parameters"]
+    split = SFTDataParams.model_validate(params["sft_data"])
+    needed = split.val_tasks + split.probe_tasks + split.dev_tasks + split.min_train_tasks
+    assert split.min_train_tasks == min_train_tasks
+    cap = params["collect"]["max_tasks"]
+    train = [t for t in generate_tasks(SandboxParams.model_validate(params["sandbox"])) if t.split == "train"]
+    assert (cap if cap is not None else len(train)) >= needed and len(train) >= needed

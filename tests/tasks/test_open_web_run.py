@@ -76,7 +76,8 @@ def test_the_recipe_runs_on_a_task_file_judged_by_an_llm_judge(tmp_path, sandbox
                            "loop": {"max_steps": 2, "batch_size": 2, "save_every": 0, "max_seconds": None,
                                     "progress": False},
                            "max_eval_states": 2, "eval_samples": 1, "seeds": [0]},
-            "sft_data": {"probe_fraction": 0.0},  # 3 train tasks collected (one of 4 judged failed): one to train on, one val, one dev
+            # 3 train tasks collected (one of 4 judged failed): one to train on, one val, one dev
+            "sft_data": {"val_tasks": 1, "probe_tasks": 0, "dev_tasks": 1, "min_train_tasks": 1},
             "evaluate": {"policy": {"max_new_tokens": 8}, "bootstrap_resamples": 100,
                          "offline": {"max_states": 4},
                          "online": {"max_tasks": 1, "max_held_out_tasks": 0, "max_steps": 2, "n_envs": 1,

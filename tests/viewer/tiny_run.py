@@ -19,7 +19,8 @@ TINY = {
     "tracking": {"enabled": False},
     "sandbox": {"instances_per_template": 2},
     "collect": {"max_tasks": 4, "n_envs": 1, "max_steps": 14, "attempts": 2, "progress": False},
-    "sft_data": {"probe_fraction": 0.0},  # 3 tasks collected (one of 4 fails its 2 attempts): one to train on, one val, one dev
+    # 3 tasks collected (one of 4 fails its 2 attempts): one to train on, one val, one dev
+    "sft_data": {"val_tasks": 1, "probe_tasks": 0, "dev_tasks": 1, "min_train_tasks": 1},
     "sft": {"tiny": {"vocab_size": 512, "hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64,
                      "head_dim": 8}, "augmentation": {"copies": 0}, "accuracy_states": 2,
             "training": {"loop": {"max_steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 100,

@@ -75,46 +75,50 @@ def _task_rank(task_id: str, seed: int) -> str:
 
 
 def split_by_task(
-    states: pl.DataFrame, held_out: float | Mapping[str, float], seed: int
+    states: pl.DataFrame, held_out: float | Mapping[str, int], seed: int, min_train_tasks: int = 0
 ) -> tuple[pl.DataFrame, ...]:
     """Holding out whole tasks, the one way: ``(train, *parts)``, each task in exactly one part.
 
-    ``held_out`` is one fraction (``(train, held_out)``: Salvage-DS's critical states) or named fractions in order
-    (sft_data's ``{"val": ..., "probe": ..., "dev": ...}``: ``(train, val, probe, dev)``). Tasks go in a seeded hash
-    order (SHA-256 of ``seed:task_id``); each held-out part in order takes the next ``fraction`` of all tasks (at
-    least one when the fraction is positive and two tasks are left; a part after the first never takes the last
-    train task), the rest is train. So a part never moves a task in or out of the parts before it: val is the same
-    at every probe and dev fraction, the probe pool at every dev fraction."""
-    fractions = {"held_out": held_out} if isinstance(held_out, int | float) else dict(held_out)
-    total = sum(fractions.values())
-    if total >= 1:
-        raise ValueError(
-            f"held-out fractions {fractions} add up to {total:g} >= 1: no task is left to train on"
-        )
+    ``held_out`` is named task counts in order (sft_data's ``{"val": 24, "probe": 32, "dev": 16}``:
+    ``(train, val, probe, dev)``) or one fraction of the tasks (``(train, held_out)``: Salvage-DS's critical states;
+    ``round(n * fraction)`` tasks, at least one when the fraction is positive and two tasks are there). Tasks go in a
+    seeded hash order (SHA-256 of ``seed:task_id``); each held-out part in order takes the next ``count`` tasks, the
+    rest is train. So a part never moves a task in or out of the parts before it: val is the same at every probe and
+    dev count, the probe pool at every dev count. Fewer than ``min_train_tasks`` tasks left to train raises, naming
+    the counts: a part is never cut short to make room."""
     tasks = sorted(states["task_id"].unique().to_list(), key=lambda t: _task_rank(t, seed))
+    counts = dict(held_out) if isinstance(held_out, Mapping) else {"held_out": _count(len(tasks), held_out)}
+    left = len(tasks) - sum(counts.values())
+    if left < max(min_train_tasks, 0):
+        asked = " + ".join(f"{name} {count}" for name, count in counts.items())
+        raise ValueError(
+            f"{len(tasks)} tasks to split: {asked} held out leave {left} to train, min_train_tasks is "
+            f"{min_train_tasks}: collect more tasks or hold fewer out"
+        )
     parts, start = {}, 0
-    for index, (name, fraction) in enumerate(fractions.items()):
-        left = len(tasks) - start
-        count = round(len(tasks) * fraction)
-        if fraction > 0 and left >= 2:
-            count = max(1, count)
-        if index > 0:  # never the last train task (the first part, val, is bounded by its fraction alone)
-            count = max(0, min(count, left - 1))
+    for name, count in counts.items():
         parts[name] = tasks[start : start + count]
         start += count
-    held = [t for chosen in parts.values() for t in chosen]
     frames = [states.filter(pl.col("task_id").is_in(chosen)) for chosen in parts.values()]
-    train = states.filter(~pl.col("task_id").is_in(held))
+    train = states.filter(~pl.col("task_id").is_in(tasks[:start]))
     logger.info(
         "split by task: %d train states (%d tasks), %s",
         train.height,
-        len(tasks) - len(held),
+        left,
         ", ".join(
             f"{f.height} {name} states ({len(parts[name])} tasks)"
             for name, f in zip(parts, frames, strict=True)
         ),
     )
     return train, *frames
+
+
+def _count(tasks: int, fraction: float) -> int:
+    """``round(tasks * fraction)``, at least one when the fraction is positive and two tasks are there."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"held-out fraction {fraction:g} must be in [0, 1): a task must be left to train on")
+    count = round(tasks * fraction)
+    return max(1, count) if fraction > 0 and tasks >= 2 else count
 
 
 def describe(parts: dict[str, pl.DataFrame], prompt: PromptConfig) -> dict[str, Any]:

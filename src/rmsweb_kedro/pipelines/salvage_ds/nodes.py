@@ -136,7 +136,7 @@ def _check_splits(train: pl.DataFrame, held_out: pl.DataFrame, dev: pl.DataFrame
     if dev.height == 0:
         raise ValueError(
             "salvage_ds: sft_states_dev is empty, and the dev split is what the returned checkpoint is chosen on: "
-            "set sft_data.dev_fraction > 0"
+            "set sft_data.dev_tasks > 0"
         )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from rmsweb_kedro.contracts.prompts import PromptConfig
 from rmsweb_kedro.trajectories import states
@@ -18,25 +18,19 @@ class SFTDataParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    val_fraction: float = Field(
-        default=0.15, ge=0, lt=1, description="share of tasks held out for validation"
+    #: Held-out parts as task counts, taken in this order (val, probe, dev), so SFT trains on what collection adds.
+    val_tasks: int = Field(
+        default=24, ge=0, description="tasks held out for validation and offline evaluation"
     )
-    #: Share of tasks held out of SFT for mining to probe (``sft_states_probe``); 0: no probe pool.
-    probe_fraction: float = Field(default=0.2, ge=0, lt=1, description="share of tasks held out for mining")
-    #: Share of tasks held out of everything for Salvage-DS's checkpoint choice (``sft_states_dev``).
-    dev_fraction: float = Field(default=0.1, ge=0, lt=1, description="share of tasks held out as dev")
+    #: Tasks held out of SFT for mining to probe (``sft_states_probe``); 0: no probe pool.
+    probe_tasks: int = Field(default=32, ge=0, description="tasks held out for mining")
+    #: Tasks held out of everything but Salvage-DS's checkpoint choice (``sft_states_dev``); 0: no dev split.
+    dev_tasks: int = Field(default=16, ge=0, description="tasks held out as dev")
+    #: The node fails when fewer tasks are left for SFT (a smaller collection than planned).
+    min_train_tasks: int = Field(default=136, ge=1, description="fewest tasks SFT may train on")
     seed: int = 0
     #: The prompt the stats measure: globals.yml's policy_prompt, the one SFT trains with.
     prompt: PromptConfig = Field(default_factory=PromptConfig)
-
-    @model_validator(mode="after")
-    def _leaves_train_tasks(self) -> SFTDataParams:
-        if self.val_fraction + self.probe_fraction + self.dev_fraction >= 1:
-            raise ValueError(
-                f"sft_data.val_fraction ({self.val_fraction}) + probe_fraction ({self.probe_fraction}) + "
-                f"dev_fraction ({self.dev_fraction}) must be < 1, or no task is left to train on: lower one of them"
-            )
-        return self
 
 
 def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataFrame) -> pl.DataFrame:
@@ -48,21 +42,24 @@ def build_states(shortened_trajectories: pl.DataFrame, shortened_steps: pl.DataF
 def split_by_task(
     sft_states: pl.DataFrame, params: dict[str, Any]
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Train, val, probe and dev states, each task in exactly one part (``val_fraction``, ``probe_fraction`` and
-    ``dev_fraction`` of the tasks, seeded; :func:`rmsweb_kedro.trajectories.states.split_by_task`). A fraction of 0
-    leaves its part empty; val and the probe pool do not depend on the dev fraction."""
+    """Train, val, probe and dev states, each task in exactly one part (``val_tasks``, ``probe_tasks`` and
+    ``dev_tasks`` tasks, seeded; :func:`rmsweb_kedro.trajectories.states.split_by_task`); raises, naming the counts,
+    when fewer than ``min_train_tasks`` tasks are left to train. A count of 0 leaves its part empty; val and the probe
+    pool do not depend on the dev count."""
     config = SFTDataParams.model_validate(params)
-    fractions = {"val": config.val_fraction, "probe": config.probe_fraction, "dev": config.dev_fraction}
-    return states.split_by_task(sft_states, fractions, config.seed)
+    counts = {"val": config.val_tasks, "probe": config.probe_tasks, "dev": config.dev_tasks}
+    return states.split_by_task(sft_states, counts, config.seed, config.min_train_tasks)
 
 
 def describe_states(
     train: pl.DataFrame, val: pl.DataFrame, probe: pl.DataFrame, dev: pl.DataFrame, params: dict[str, Any]
 ) -> dict[str, Any]:
     """Samples, tasks, approximate tokens and the truncation rate of each part (train, val, probe, dev) under the
-    prompt (``sft_metrics`` has the exact token counts), and the fractions asked for; raises when a task is in two
+    prompt (``sft_metrics`` has the exact token counts), and the counts asked for; raises when a task is in two
     parts."""
     config = SFTDataParams.model_validate(params)
     stats = states.describe({"train": train, "val": val, "probe": probe, "dev": dev}, config.prompt)
-    stats["split"] = config.model_dump(include={"val_fraction", "probe_fraction", "dev_fraction", "seed"})
+    stats["split"] = config.model_dump(
+        include={"val_tasks", "probe_tasks", "dev_tasks", "min_train_tasks", "seed"}
+    )
     return stats
