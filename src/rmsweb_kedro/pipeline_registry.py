@@ -3,8 +3,9 @@
 The recipe's stages, in order, each a namespaced modular pipeline named after its package (its nodes are
 ``<stage>.<node>``, so kedro-viz collapses each stage into one box; dataset and parameter names are not prefixed, so
 the catalog is unchanged); ``__default__`` is the whole recipe. ``live`` (benchmark tasks on the real web),
-``judge_agreement`` and ``propose`` (tasks for a list of websites) run apart, and so does ``ablations``, which
-reuses the stages handed to it here.
+``judge_agreement`` and ``propose`` (tasks for a list of websites) run apart, and so do ``ablations`` and
+``second_round`` (a second round of mining and Salvage-DS from the default run's ``rmsweb_model``), which reuse the
+stages handed to them here.
 
 Every pipeline is built on every call: ``find_pipelines`` would, under ``kedro run --pipelines ablations``, load the
 ablations package alone, without the stages it reuses. Building them all takes well under a second (heavy imports
@@ -60,4 +61,5 @@ def register_pipelines() -> dict[str, Pipeline]:
         "__default__": sum(stages.values(), Pipeline([])),
         **{name: package.create_pipeline() for name, package in APART.items()},
         "ablations": ablations.create_pipeline(reused),
+        "second_round": ablations.second_round(reused),
     }

@@ -1,6 +1,7 @@
 """Project settings: the config loader soft-merges parameters so ``--params a.b=1`` or an environment's file changes
 one key, and resolves ``${merge:a, b, ...}`` (the ablation variants' parameters, conf/base/parameters_ablations.yml)
-after base and the run's environment are merged; the run's hooks (``runs/hooks/``: credentials, provenance, MLflow
+and ``${scaled:value, factor}`` (a budget scaled for the RL rounds' variants) after base and the run's environment
+are merged; the run's hooks (``runs/hooks/``: credentials, provenance, MLflow
 through kedro-mlflow, whose own auto-registered hook is disabled, and shutdown on a signal) are registered side by
 side."""
 
@@ -31,6 +32,20 @@ def merge_parameters(*blocks: Any) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.merge(*blocks), resolve=True)
 
 
+def scale_parameter(value: int | float | None, factor: int | float) -> int | float | None:
+    """``${scaled:value, factor}``: ``value`` times ``factor``, e.g. the one-round variant's updates and sampled
+    actions, twice a round's (conf/base/parameters_ablations.yml, "RL rounds"). An int stays an int and must stay
+    whole (a step count or a budget is not rounded silently); None (no cap) stays None."""
+    if value is None:
+        return None
+    scaled = value * factor
+    if isinstance(value, int):
+        if scaled != int(scaled):
+            raise ValueError(f"scaled: {value} x {factor} is not a whole number")
+        return int(scaled)
+    return scaled
+
+
 class ProjectConfigLoader(OmegaConfigLoader):
     """Kedro's loader, but parameters are resolved once over base's files, then the run environment's, then
     ``--params`` (deep-merged in that order), where Kedro resolves each folder apart. So ``--env experiment`` or
@@ -48,5 +63,5 @@ CONFIG_LOADER_ARGS = {
     "base_env": "base",
     "default_run_env": "local",
     "merge_strategy": {"parameters": "soft", "catalog": "soft"},
-    "custom_resolvers": {"merge": merge_parameters},
+    "custom_resolvers": {"merge": merge_parameters, "scaled": scale_parameter},
 }

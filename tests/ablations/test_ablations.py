@@ -22,9 +22,11 @@ from rmsweb_kedro.pipelines.ablations.nodes import collection_pool
 from rmsweb_kedro.pipelines.ablations.pipeline import (
     COLLECTION_MODES,
     FULL_CORPUS,
+    ONE_ROUND_LONG,
     REFERENCE,
     SALVAGE_MODES,
     SALVAGE_PARTS,
+    SECOND_ROUND,
 )
 from rmsweb_kedro.pipelines.collect.nodes import select_collection_tasks
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, ProjectConfigLoader, merge_parameters
@@ -32,7 +34,7 @@ from tests.fixtures_web import chromium_available
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = [f"collect_{m}" for m in COLLECTION_MODES] + [REFERENCE] + [f"rl_{m}" for m in SALVAGE_MODES]
-VARIANTS += [FULL_CORPUS, *SALVAGE_PARTS]
+VARIANTS += [FULL_CORPUS, *SALVAGE_PARTS, SECOND_ROUND, ONE_ROUND_LONG]
 
 
 def test_merge_resolver_deep_merges_in_order_without_touching_the_base():
@@ -325,6 +327,8 @@ def test_one_table_row_per_variant_with_real_metrics(ablation_run):
     rows = {r["variant"]: r for r in table.iter_rows(named=True)}
     for variant in [f"rl_{m}" for m in SALVAGE_MODES] + [FULL_CORPUS, *SALVAGE_PARTS]:
         assert rows[variant]["train_steps"] == 1 and rows[variant]["seed"] == 0
+    # (f) the same total updates: two rounds of one, one round of two
+    assert rows[SECOND_ROUND]["train_steps"] == rows[ONE_ROUND_LONG]["train_steps"] == 2
     # Full corpus: every probed SFT state; mined: the critical ones (all of them for an untrained policy) at most.
     assert rows[FULL_CORPUS]["train_states"] >= rows["rl_salvage_ds"]["train_states"] > 0
     md = (ablation_run / "data/08_reporting/ablations/ablation_comparison.md").read_text()

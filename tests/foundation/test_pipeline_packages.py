@@ -66,7 +66,8 @@ def test_no_pipeline_package_imports_another(package):
 
 def test_every_pipeline_package_is_registered():
     registered = register_pipelines()
-    assert set(registered) == set(PACKAGES) | {"__default__"}
+    # second_round: the ablations package's second pipeline (ablations.second_round), on the default run's model
+    assert set(registered) == set(PACKAGES) | {"__default__", "second_round"}
     assert list(RECIPE) == ["tasks", "collect", "trajectories", "sft_data", "sft", "mining", "salvage_ds",
                             "evaluate"]  # fmt: skip
 

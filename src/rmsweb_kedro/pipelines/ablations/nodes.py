@@ -63,9 +63,11 @@ def describe_collection_variant(
     }
 
 
-def describe_rl_variant(report: dict[str, Any], variant: str, group: str, setting: str) -> dict[str, Any]:
-    """A Salvage-DS variant: states trained on, steps done, held-out competence before and after (the mean over
-    its training seeds' returned weights), the seeds."""
+def describe_rl_variant(*reports: dict[str, Any], variant: str, group: str, setting: str) -> dict[str, Any]:
+    """A Salvage-DS variant from its rounds' reports, in order (one but for ``rl_second_round``): states trained on
+    and steps done (each round's longest seed), summed over the rounds; held-out competence before and after the
+    last round, on its own held-out critical states (after: the mean over its training seeds' returned weights)."""
+    report = reports[-1]
     runs = report["runs"].values()
     after = [run["after"].get("held_out", {}).get("competence") for run in runs]
     after = [value for value in after if value is not None]
@@ -73,8 +75,8 @@ def describe_rl_variant(report: dict[str, Any], variant: str, group: str, settin
         "variant": variant,
         "group": group,
         "setting": setting,
-        "train_states": report["states"]["train"],
-        "train_steps": max(run["steps"] for run in runs),
+        "train_states": sum(r["states"]["train"] for r in reports),
+        "train_steps": sum(max(run["steps"] for run in r["runs"].values()) for r in reports),
         "heldout_competence_before": report["before"].get("held_out", {}).get("competence"),
         "heldout_competence_after": sum(after) / len(after) if after else None,
     }

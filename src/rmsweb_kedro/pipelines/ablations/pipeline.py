@@ -2,7 +2,8 @@
 namespace ``ablations.<variant>`` (its free inputs are the default run's datasets unless the variant replaces
 them), with parameters ``params:ablations.<variant>.<stage>``: config (conf/base/parameters_ablations.yml), the
 stage's parameters + ``ablations.budget.<stage>`` + the variant's change. Not part of ``__default__``: it runs on
-what the default run left in data/.
+what the default run left in data/. :func:`second_round` (``kedro run --pipelines second_round``) is built the same
+way, under the namespace ``second_round``, on the default run's ``rmsweb_model``.
 
 This package imports no other pipeline: the registry (pipeline_registry.py) hands it the recipe's stages and the
 evaluate stage's builders (:class:`Reused`)."""
@@ -28,6 +29,13 @@ SALVAGE_PARTS = {
 }
 FULL_CORPUS = "rl_full_corpus"
 REFERENCE = "sft_default"
+#: (f) RL rounds, at the same total updates and sampled actions: the first round is ``rl_salvage_ds`` (a round's
+#: budget from the SFT model); ``rl_second_round`` mines its model's failures and trains from it a round more;
+#: ``rl_one_round_long`` is one round of both rounds' budget from the SFT model.
+FIRST_ROUND = "rl_salvage_ds"
+SECOND_ROUND = "rl_second_round"
+ONE_ROUND_LONG = "rl_one_round_long"
+ROUNDS_GROUP = "RL rounds"
 
 
 @dataclass(frozen=True)
@@ -44,13 +52,13 @@ class Reused:
 
 def _reuse(
     stage: Pipeline,
-    variant: str,
+    namespace: str,
     configured: tuple[str, ...],
     replaced: dict[str, str] | None = None,
 ) -> Pipeline:
-    """``stage`` under ``ablations.<variant>``: the ``configured`` parameters are the variant's, the rest are the
-    stage's own; free inputs are the default run's datasets unless ``replaced`` names another."""
-    namespace = f"ablations.{variant}"
+    """``stage`` under ``namespace`` (``ablations.<variant>``, ``second_round``): the ``configured`` parameters are
+    ``<namespace>.<stage>``, the rest are the stage's own; free inputs are the default run's datasets unless
+    ``replaced`` names another."""
     free = stage.inputs()
     own = {name.removeprefix("params:") for name in free if name.startswith("params:")}
     mapped = {name: f"{namespace}.{name}" if name in configured else name for name in own}
@@ -74,7 +82,7 @@ def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
     chain = stages["collect"] + stages["trajectories"] + stages["sft_data"] + _without_base(stages["sft"])
     namespaced = _reuse(
         chain,
-        variant,
+        f"ablations.{variant}",
         ("collect", "trajectories", "sft_data", "sft"),
         replaced={"tasks": "ablations.collection_pool", "base_model": "sft_model"},
     )
@@ -91,13 +99,22 @@ def _collection_variant(mode: str, stages: Mapping[str, Pipeline]) -> Pipeline:
 
 
 def _rl_variant(
-    variant: str, chain: Pipeline, configured: tuple[str, ...], setting: str, group: str
+    variant: str,
+    chain: Pipeline,
+    configured: tuple[str, ...],
+    setting: str,
+    group: str,
+    after: str | None = None,
 ) -> Pipeline:
-    return _reuse(chain, variant, configured) + Pipeline(
+    """``chain`` (ending in salvage_ds) as the variant ``variant`` and its facts; ``after``: the variant whose
+    ``rmsweb_model`` it starts from instead of the SFT model (its earlier round, counted in the facts)."""
+    replaced = {"sft_model": f"ablations.{after}.rmsweb_model"} if after else None
+    rounds = [f"ablations.{after}.salvage_ds_report"] if after else []
+    return _reuse(chain, f"ablations.{variant}", configured, replaced) + Pipeline(
         [
             Node(
                 bind(nodes.describe_rl_variant, variant=variant, group=group, setting=setting),
-                inputs=f"ablations.{variant}.salvage_ds_report",
+                inputs=[*rounds, f"ablations.{variant}.salvage_ds_report"],
                 outputs=f"ablations.{variant}.facts",
                 name="describe_variant",
                 namespace=f"ablations.{variant}",
@@ -121,7 +138,7 @@ def create_pipeline(reused: Reused, **kwargs) -> Pipeline:
 
 def _variants(stages: Mapping[str, Pipeline]) -> Pipeline:
     """Every variant's stages: (a) the collection modes, (c) the Salvage-DS modes, (e) its parts, (b) the full
-    corpus."""
+    corpus, (f) the RL rounds."""
     collection = [_collection_variant(mode, stages) for mode in COLLECTION_MODES]
     modes = [
         _rl_variant(f"rl_{mode}", stages["salvage_ds"], ("salvage_ds",), f"mode {mode}, mined states",
@@ -137,7 +154,29 @@ def _variants(stages: Mapping[str, Pipeline]) -> Pipeline:
         "mode salvage_ds, every SFT training state (rl_corpus: full); compare rl_salvage_ds (mined)",
         "RL corpus",
     )
-    return sum(collection + modes + parts, Pipeline([])) + full
+    return sum(collection + modes + parts, Pipeline([])) + full + _rounds(stages)
+
+
+def _rounds(stages: Mapping[str, Pipeline]) -> Pipeline:
+    """(f) Two rounds against one of the same total updates and sampled actions (parameters_ablations.yml): the
+    whole mining stage on the first round's model, then salvage_ds from that model; one round of twice the updates
+    from the SFT model on the default run's mined states."""
+    second = _rl_variant(
+        SECOND_ROUND,
+        stages["mining"] + stages["salvage_ds"],
+        ("mining", "salvage_ds"),
+        f"two rounds: {FIRST_ROUND}, then mining its model and Salvage-DS from it (steps, states: both rounds)",
+        ROUNDS_GROUP,
+        after=FIRST_ROUND,
+    )
+    long = _rl_variant(
+        ONE_ROUND_LONG,
+        stages["salvage_ds"],
+        ("salvage_ds",),
+        "one round from the SFT model on its mined states, both rounds' updates and sampled actions",
+        ROUNDS_GROUP,
+    )
+    return second + long
 
 
 def _evaluated_models() -> dict[str, str]:
@@ -148,7 +187,29 @@ def _evaluated_models() -> dict[str, str]:
     models |= {f"rl_{m}": f"ablations.rl_{m}.rmsweb_models" for m in SALVAGE_MODES}
     models |= {FULL_CORPUS: f"ablations.{FULL_CORPUS}.rmsweb_models"}
     models |= {variant: f"ablations.{variant}.rmsweb_models" for variant in SALVAGE_PARTS}
+    models |= {variant: f"ablations.{variant}.rmsweb_models" for variant in (SECOND_ROUND, ONE_ROUND_LONG)}
     return models
+
+
+def second_round(reused: Reused) -> Pipeline:
+    """``kedro run --pipelines second_round``, after the default run: the mining stage on its ``rmsweb_model`` and
+    Salvage-DS from that model, under the namespace ``second_round`` (parameters ``second_round.mining`` and
+    ``second_round.salvage_ds``), then the evaluate stage's evaluation and claims of ``second_round.rmsweb_models``
+    against ``rmsweb_model`` (``second_round.model_comparison``, ``second_round.claims_vs_run``)."""
+    models = {"rmsweb": "rmsweb_model", "second_round": "second_round.rmsweb_models"}
+    rounds = _reuse(
+        reused.stages["mining"] + reused.stages["salvage_ds"],
+        "second_round",
+        ("mining", "salvage_ds"),
+        replaced={"sft_model": "rmsweb_model"},
+    )
+    evaluation = pipeline(
+        reused.model_evaluation(models) + reused.report_nodes().only_nodes_with_outputs("claims_vs_run"),
+        namespace="second_round",
+        inputs={"sft_states_val", "tasks", "collection_log", *models.values()},
+        parameters={"evaluate": "second_round.evaluate", "rollouts": "rollouts"},
+    )
+    return rounds + evaluation
 
 
 def _evaluation(reused: Reused, models: dict[str, str]) -> Pipeline:
