@@ -157,7 +157,7 @@ def test_an_environment_reaches_every_variant_built_from_what_it_changes():
     for mode in SALVAGE_MODES:
         variant = ablations[f"rl_{mode}"]["salvage_ds"]
         assert variant["loop"]["max_steps"] == experiment["salvage_ds"]["loop"]["max_steps"] == 144
-        assert variant["algorithm"]["sampled_action_budget"] == 2304 and variant["algorithm"]["mode"] == mode
+        assert variant["algorithm"]["sampled_action_budget"] == 9216 and variant["algorithm"]["mode"] == mode
         assert variant["loop"]["learning_rate"] == experiment["salvage_ds"]["loop"]["learning_rate"] == 2e-5
     # of the larger world's 532 val and test tasks on the training sites: 80 a variant, all for the recipe's models
     # (and every held-out one: what 156 episodes could detect was too coarse, docs/evaluate.md "Power")

@@ -1,7 +1,7 @@
 """The modes and dynamic sampling on the tiny Qwen3-VL: the four modes are four different runs on one seed, the
 gate's band acts at the defaults once competence pools the mining probe's samples, dynamic sampling samples
-further rounds up to its cap, a step with nothing to learn leaves the weights alone, and the sampled-action budget
-holds."""
+further rounds up to its cap, and a step with nothing to learn leaves the weights alone (the sampled-action budget:
+test_run_end.py)."""
 
 from __future__ import annotations
 
@@ -165,17 +165,3 @@ def test_a_saturated_state_leaves_the_pool(sft_tiny, tmp_path):
     hopeless = {s["state_id"] for s in pool[4:]}
     last_batches = groups.filter(pl.col("batch") >= groups["batch"].max() - 1)
     assert set(last_batches["state_id"]) <= hopeless
-
-
-def test_the_sampled_action_budget_ends_sampling(sft_tiny, tmp_path):
-    model, processor, states, prompt = sft_tiny
-    algorithm = SalvageDSParams(mode="salvage_ds", max_new_tokens=10, sampled_action_budget=2 * 4 * 8)
-    result = train_salvage_ds(
-        copy.deepcopy(model), processor, states, algorithm, loop_config(tmp_path, "b", max_steps=4), prompt
-    )
-    spent = [row["train/sampled_actions"] for row in result.history]
-    # rounds of B x G = 32 actions until the budget is spent (resampling may spend it in one batch), then none
-    assert sum(spent) == 64 and all(n % 32 == 0 for n in spent) and spent[-1] == 0
-    last = max(i for i, n in enumerate(spent) if n)
-    assert [row["train/optimizer_step"] for row in result.history][last + 1 :] == [0.0] * (3 - last)
-    assert result.history[-1]["train/sampled_actions_total"] == 64

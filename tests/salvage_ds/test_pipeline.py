@@ -83,7 +83,9 @@ def test_node_trains_each_seed_and_reports(sft_tiny, tmp_path):
         "max_eval_states": 2,
         "eval_samples": 2,
     }  # fmt: skip
-    critical = pl.DataFrame(states, schema=STATE_SCHEMA)
+    # mining's origin column where it says why it chose a state (null: a table from before it; counted "unknown")
+    origins = ["greedy_wrong", "ballast", None, "samples_spread"] * 2
+    critical = pl.DataFrame(states, schema=STATE_SCHEMA).with_columns(pl.Series("origin", origins, pl.String))
     dev = pl.DataFrame(make_states(3, seed=1), schema=STATE_SCHEMA)  # other tasks: the dev split
     models, metrics, report = train_rmsweb_models(
         (copy.deepcopy(model), processor), critical, dev, critical, params
@@ -110,6 +112,15 @@ def test_node_trains_each_seed_and_reports(sft_tiny, tmp_path):
         assert (tmp_path / "run" / f"seed_{seed}" / "checkpoints").is_dir()
     groups = gather_groups(report, params)
     assert groups.schema == GROUPS_SCHEMA and set(groups["seed"]) == {0, 1}
+    origin_of = dict(zip(critical["state_id"], critical["origin"], strict=True))
+    assert [origin_of[s] for s in groups["state_id"]] == groups["origin"].to_list()  # each group its state's
+    for seed, run in report["runs"].items():
+        assert run["stop_reason"] is None and run["steps"] == 4  # no budget: the run reached max_steps
+        trained = groups.filter(
+            (pl.col("seed") == int(seed)) & pl.col("decision").is_in(["accepted", "anchored"])
+        )
+        by_origin = trained["origin"].fill_null("unknown").value_counts()
+        assert run["trained_groups_by_origin"] == dict(by_origin.iter_rows()) and trained.height > 0
     chosen = choose_rmsweb_model(models, report)
     best = max(report["seeds"], key=lambda s: report["runs"][str(s)]["best_dev"])
     assert chosen is models[best]

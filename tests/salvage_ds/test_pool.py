@@ -47,7 +47,7 @@ def test_a_round_draws_neither_saturated_states_nor_states_drawn_in_the_batch():
     assert pool.saturated == {"s:0"} and pool.streaks == {"s:0": 2, "s:1": 0}
     assert ids(pool.active()) == ids(states[1:])
     torch.manual_seed(0)
-    first = pool.first_round([states[0], states[2]], wanted=2, sharded=False)
+    first = pool.first_round([states[0], states[2]], wanted=2)
     assert (
         "s:0" not in ids(first) and "s:2" in ids(first) and len(first) == 2
     )  # s:0 replaced by an active state
@@ -56,7 +56,7 @@ def test_a_round_draws_neither_saturated_states_nor_states_drawn_in_the_batch():
     drawn = ids(first) + ids(second) + ids(third)
     assert len(drawn) == len(set(drawn)) == 7  # 7 active states, none drawn twice in the batch
     assert pool.next_round(wanted=3) == []  # the shard is spent
-    pool.first_round([states[3]], wanted=1, sharded=False)  # a new batch forgets the last one's draws
+    pool.first_round([states[3]], wanted=1)  # a new batch forgets the last one's draws
     assert pool.drawn == {"s:3"}
 
 
@@ -64,7 +64,7 @@ def test_each_process_draws_further_rounds_from_its_own_shard():
     states = prepared(6)
     for rank in (0, 1):
         pool = GroupPool(states, SalvageDSParams(), rank=rank, world=2)
-        pool.first_round([], wanted=0, sharded=False)
+        pool.first_round([], wanted=0)
         assert sorted(ids(pool.next_round(wanted=6))) == ids(states[rank::2])
 
 
@@ -72,18 +72,24 @@ def test_a_process_with_nothing_left_keeps_generating_when_the_weights_are_shard
     states = prepared(4)
     pool = GroupPool(states, SalvageDSParams(), rank=1, world=2)
     pool.saturated = {"s:1", "s:3"}  # this process's whole shard
-    assert pool.first_round([], wanted=2, sharded=False) == []
-    # sharded: generate is a collective, so it redraws from the whole pool (saturated states too)
-    again = pool.first_round([], wanted=2, sharded=True)
+    first = pool.first_round([], wanted=2)
+    assert first == [] and pool.exhausted(first) == "pool empty (2 of 4 states saturated)"
+    pool.first_round([states[0]], wanted=1)
+    assert pool.next_round(wanted=2) == []
+    # a further round that sharded weights make it join (generate is a collective): it redraws from the whole pool
+    # (saturated states too)
+    again = pool.keep_generating([], wanted=2)
     assert len(again) == 2 and set(ids(again)) <= set(ids(states))
 
 
 def test_the_budget_counts_sampled_actions():
     pool = GroupPool(prepared(2), SalvageDSParams(sampled_action_budget=20))
+    first = pool.first_round([], wanted=2)
     pool.spend(16)
-    assert pool.budget_left()
+    assert pool.budget_left() and pool.exhausted(first) is None
     pool.spend(16)  # a round may overshoot; the next one does not start
     assert not pool.budget_left() and pool.sampled_actions == 32
+    assert pool.exhausted(first) == "sampled_action_budget spent (32 of 20 sampled actions)"
     assert GroupPool([], SalvageDSParams()).budget_left()  # no budget: no cap
 
 

@@ -63,6 +63,7 @@ def run_launched(name: str, accelerate_dir: str | Path, module: str, job: dict[s
     return LoopResult(
         model, summary["step"], history, summary["resumed_from"], summary["stopped_early"],
         best_step=summary.get("best_step"), best_value=summary.get("best_value"),
+        stop_reason=summary.get("stop_reason"),
     )  # fmt: skip
 
 
@@ -116,6 +117,7 @@ def save_launched(result: LoopResult, processor, output_dir: str | Path) -> None
             "stopped_early": result.stopped_early,
             "best_step": result.best_step,
             "best_value": result.best_value,
+            "stop_reason": result.stop_reason,
         }
         (output_dir / "result.json").write_text(json.dumps(summary))
     accelerator.wait_for_everyone()

@@ -20,15 +20,19 @@ tensors, and a ``loss_fn(model, batch) -> (loss, metrics)``; an on-policy traine
   complete checkpoint (model, optimizer, RNG states, step count and metrics history, and, for a checkpoint taken
   between the mu updates of a batch, that batch as rolled out, so the remaining updates use the same samples),
   but only a run of the same data and job: ``output_dir/run_identity.json`` holds the hashes of the training
-  samples and of the settings that shape the steps (:func:`run_identity`); another run's checkpoints are an error
-  that says which differs;
+  samples' content (each sample's, part by part) and of the settings that shape the steps (:func:`run_identity`);
+  another run's checkpoints are an error that says which differs (the samples and parts, the settings);
 - a wall-clock budget (``max_seconds``) that ends the run early, cleanly, with a checkpoint;
+- a rollout that has nothing left to sample (e.g. a sampling budget spent) returns a :class:`StoppedBatch`
+  instead of a batch: the run ends at the last update, with a final evaluation (only when the weights changed
+  since the last one) and a final checkpoint, and says why (``LoopResult.stop_reason``);
 - checkpoint selection (``select_metric``, e.g. ``eval/dev/step_success_rate``): ``eval_fn`` also runs before the
   first update (step 0), and the run returns the weights of the evaluation where the metric was highest (the
   earliest of equals: with nothing better, the starting weights), ``LoopResult.best_step`` saying which;
 - a step with nothing to learn takes no optimizer step: when the rollout marks every micro-batch of the step
   ``learnable: False`` on every process (e.g. every sampled group was discarded), the step is counted and logged
-  (``train/optimizer_step`` 0) but AdamW does not move the weights on stale momentum;
+  (``train/optimizer_step`` 0) but AdamW does not move the weights on stale momentum, and an evaluation due on
+  weights no optimizer step changed since the last one is skipped (it would score the same weights again);
 - a tqdm progress bar on the main process and a metrics history (list of dicts, also ``history.jsonl``).
 
 Runs in a plain ``python`` process (one CPU or GPU) or under ``accelerate launch`` (DDP, FSDP2, DeepSpeed, several
@@ -59,7 +63,8 @@ repeats where a process has fewer samples) and gives each batch its own counts a
 Reading order, as nanoGPT's ``train.py``: :func:`train_loop` (at the end, after the helpers it uses) runs named
 phases that share one small run state (``_Run``): ``_prepare`` (seed, optimizer, Accelerate) → ``_resume`` (a fresh
 run's cleanup, or the last checkpoint) → ``_evaluate_start`` (step 0, with ``select_metric``) → then, step after
-step, ``_train_step`` → ``_evaluate_step`` → ``_log_step`` → ``_save_step``, and ``_finish``.
+step, ``_train_step`` → ``_evaluate_step`` → ``_log_step`` → ``_save_step`` (or, when the rollout stopped the
+run, ``_stop``), and ``_finish``.
 
 One module because it is the one training loop SFT and Salvage-DS share, meant to be read top to bottom
 (nanoGPT's style).
@@ -67,13 +72,14 @@ One module because it is the one training loop SFT and Salvage-DS share, meant t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -91,9 +97,22 @@ logger = logging.getLogger(__name__)
 #: micro-batches of an optimizer step and logged as ``train/<name>`` (``eval/<name>`` during evaluation).
 LossFn = Callable[[Any, dict[str, Any]], tuple[Any, dict[str, float]]]
 Collate = Callable[[list[Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StoppedBatch:
+    """What a ``rollout`` returns instead of a batch when the run must end before ``max_steps``: it has nothing
+    left to sample (Salvage-DS: its ``sampled_action_budget`` spent, or its pool empty). The rollout agrees on it
+    across processes (every process returns one at the same step); the loop drops the step's micro-batches rolled
+    out so far and ends at the last update (:func:`_stop`). ``reason`` says why, e.g. ``"pool empty"``."""
+
+    reason: str
+
+
 #: ``rollout(model, batch) -> batch``: run once per micro-batch of a sampled batch, without gradients, before its
-#: ``updates_per_batch`` updates; ``loss_fn`` then sees what it returns (top-level tensors are kept on the device).
-Rollout = Callable[[Any, dict[str, Any]], dict[str, Any]]
+#: ``updates_per_batch`` updates; ``loss_fn`` then sees what it returns (top-level tensors are kept on the device),
+#: or a :class:`StoppedBatch` that ends the run.
+Rollout = Callable[[Any, dict[str, Any]], dict[str, Any] | StoppedBatch]
 _COMPLETE = "COMPLETE"
 
 
@@ -168,6 +187,9 @@ class LoopResult:
     #: ``select_metric``: the step whose weights ``model`` holds (0: the starting weights) and its metric
     best_step: int | None = None
     best_value: float | None = None
+    #: why the run ended before ``max_steps`` (a :class:`StoppedBatch`'s reason, or ``max_seconds``) and at which
+    #: update, e.g. ``"pool empty at update 12"``; None: it ran to ``max_steps``
+    stop_reason: str | None = None
 
     def last(self, key: str) -> float | None:
         """The latest logged value of ``key`` (e.g. ``'eval/loss'``), or None."""
@@ -182,15 +204,18 @@ class _LoopState:
         self.history: list[dict[str, float]] = []
         self.best_step: int | None = None  # select_metric: the best evaluation so far
         self.best_value: float | None = None
+        # the current weights were evaluated: no optimizer step since the last evaluation
+        self.evaluated = False
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step, "history": self.history, "best_step": self.best_step,
-                "best_value": self.best_value}  # fmt: skip
+                "best_value": self.best_value, "evaluated": self.evaluated}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
         self.history = list(state["history"])
         self.best_step, self.best_value = state.get("best_step"), state.get("best_value")
+        self.evaluated = bool(state.get("evaluated", False))  # absent in older checkpoints: evaluate again
 
 
 def _local_weights(model) -> list[tuple[str, Any]]:
@@ -373,27 +398,71 @@ RESUMABLE_CHANGES = frozenset(
 
 
 def _stable(value: Any) -> Any:
-    """A JSON-able stand-in for what a sample may hold: tensors and arrays by their values, other objects by type
-    (never by ``repr``, which can carry a memory address)."""
+    """A JSON-able stand-in for what a sample may hold: tensors and arrays by their values, dataclasses by their
+    fields and pydantic models by their dump (a sample's content, never its type alone), sets sorted, other objects by
+    type (never by ``repr``, which can carry a memory address)."""
     if hasattr(value, "tolist"):
         return value.tolist()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _parts(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
     return type(value).__name__
 
 
-def run_identity(config: LoopConfig, train_samples: Sequence[Any], job: dict[str, Any] | None = None) -> dict:
-    """``{"data": hash of the training samples, "job": hash of the step-shaping settings, "settings": them}``: what
-    must match for ``resume`` to continue a run. ``job``: the trainer's own settings (loss, algorithm), if any."""
+def _parts(sample: Any) -> dict[str, Any]:
+    """A sample's named parts: a dataclass's fields (e.g. Salvage-DS's ``PreparedState``: the state's row, prompt ids,
+    references, reference reply), a mapping's items; anything else is one part, ``value``."""
+    if dataclasses.is_dataclass(sample) and not isinstance(sample, type):
+        return {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
+    if isinstance(sample, Mapping):
+        return dict(sample)
+    return {"value": sample}
+
+
+def _digest(value: Any, length: int = 8) -> str:
     import hashlib
 
-    data = hashlib.sha256()
-    for sample in train_samples:
+    encoded = json.dumps(value, sort_keys=True, default=_stable).encode()
+    return hashlib.sha256(encoded).hexdigest()[:length]
+
+
+def run_identity(config: LoopConfig, train_samples: Sequence[Any], job: dict[str, Any] | None = None) -> dict:
+    """What must match for ``resume`` to continue a run: ``data``, the hash of the training samples' content, and
+    ``samples``, each sample's ``[name, {part: hash}]`` (its ``state_id`` or position; :func:`_parts`), so a refusal
+    names the samples and parts that changed; ``job``, the hash of the step-shaping ``settings``. ``job``: the
+    trainer's own settings (loss, algorithm), if any."""
+    import hashlib
+
+    data, samples = hashlib.sha256(), []
+    for index, sample in enumerate(train_samples):
         data.update(json.dumps(sample, sort_keys=True, default=_stable).encode())
+        parts = _parts(sample)
+        name = parts.get("state_id") if isinstance(parts.get("state_id"), str) else str(index)
+        samples.append([name, {part: _digest(value) for part, value in parts.items()}])
     settings = {k: v for k, v in config.model_dump(mode="json").items() if k not in RESUMABLE_CHANGES}
     settings |= {"job": job or {}}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return {"data": data.hexdigest()[:16], "job": digest, "settings": settings}
+    return {
+        "data": data.hexdigest()[:16],
+        "samples": samples,
+        "job": _digest(settings, 16),
+        "settings": settings,
+    }
+
+
+def _changed_samples(before: list, now: list) -> str:
+    """Which of the samples ``now`` differ from ``before`` (:func:`run_identity`'s ``samples``), by position: each
+    by name with its changed parts, the first five."""
+    changed = [
+        f"{name!r} in {sorted(k for k in set(parts) | set(old) if parts.get(k) != old.get(k))}"
+        for (name, parts), (_, old) in zip(now, before, strict=False)
+        if parts != old
+    ]
+    counts = f"{len(before)} samples there, {len(now)} now" if len(before) != len(now) else ""
+    listed = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return "; ".join(x for x in (counts, f"changed: {listed}" if changed else "") if x)
 
 
 def check_resumable(output_dir: Path, identity: dict[str, Any]) -> None:
@@ -407,7 +476,11 @@ def check_resumable(output_dir: Path, identity: dict[str, Any]) -> None:
     saved = json.loads(path.read_text())
     problems = []
     if saved.get("data") != identity["data"]:
-        problems.append(f"the training data differ (hash {saved.get('data')} there, {identity['data']} now)")
+        which = _changed_samples(saved["samples"], identity["samples"]) if "samples" in saved else ""
+        problems.append(
+            f"the training data differ (hash {saved.get('data')} there, {identity['data']} now"
+            + (f"; {which})" if which else ")")
+        )
     if saved.get("job") != identity["job"]:
         before, now = saved.get("settings", {}), identity["settings"]
         keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
@@ -597,6 +670,8 @@ class _Run:
     window_tokens: int = 0  # real tokens since the last logged throughput
     window_started: float = 0.0
     stopped_early: bool = False
+    stop_reason: str | None = None  # LoopResult.stop_reason
+    saved_step: int | None = None  # the step of the last checkpoint this run saved or resumed from
     bar: Any = None  # tqdm
 
     @property
@@ -635,16 +710,16 @@ def train_loop(
     _start(run)
     while run.state.step < config.max_steps:
         row = _train_step(run)
+        if isinstance(row, StoppedBatch):  # nothing left to sample: the run ends at the last update
+            _stop(run, row.reason)
+            break
         out_of_time = config.max_seconds is not None and time.monotonic() - run.started > config.max_seconds
         last = run.state.step == config.max_steps or out_of_time
         _evaluate_step(run, row, last)
         _log_step(run, row)
         _save_step(run, last)
         if out_of_time and run.state.step < config.max_steps:
-            logger.warning(
-                "time budget of %.0f s spent: stopping at step %d", config.max_seconds, run.state.step
-            )
-            run.stopped_early = True
+            _stop(run, f"time budget (max_seconds {config.max_seconds:.0f}) spent")
             break
     return _finish(run)
 
@@ -717,9 +792,10 @@ def _resume(run: _Run, job: dict[str, Any] | None) -> None:
     if checkpoints:
         check_resumable(output_dir, identity)
     elif accelerator.is_main_process:
-        (output_dir / "run_identity.json").write_text(json.dumps(identity, indent=2, sort_keys=True))
+        (output_dir / "run_identity.json").write_text(json.dumps(identity, sort_keys=True))
     if checkpoints:
         _load_checkpoint(run, checkpoints[-1])
+        run.saved_step = run.state.step
 
 
 def _load_checkpoint(run: _Run, checkpoint: Path) -> None:
@@ -751,6 +827,7 @@ def _evaluate_start(run: _Run) -> None:
     """``select_metric``: score the starting weights (step 0), the first candidate to return."""
     start = {"step": 0, **_run_eval_fn(run.eval_fn, run.model, run.accelerator)}
     run.state.history.append(start)
+    run.state.evaluated = True
     _select(run, start)
 
 
@@ -788,16 +865,20 @@ def _start(run: _Run) -> None:
     run.window_tokens, run.window_started = 0, time.monotonic()
 
 
-def _train_step(run: _Run) -> dict[str, float]:
+def _train_step(run: _Run) -> dict[str, float] | StoppedBatch:
     """One optimizer step on the pending sampled batch (a new one rolled out when none is pending): the shares of
     its micro-batches backpropagated, the gradients clipped, AdamW stepped unless no micro-batch of any process
-    had anything to learn. Returns the step's row of the history."""
+    had anything to learn. Returns the step's row of the history, or the rollout's :class:`StoppedBatch` (no step
+    taken)."""
     config, accelerator, state = run.config, run.accelerator, run.state
+    if run.pending is None:
+        batch = _next_batch(run)
+        if isinstance(batch, StoppedBatch):
+            return batch
+        run.pending = batch
     lr = learning_rate_at(state.step, config)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    if run.pending is None:
-        run.pending = _next_batch(run)
     sums = _backward(run)
     grad_norm = (
         accelerator.clip_grad_norm_(run.model.parameters(), config.max_grad_norm)
@@ -807,6 +888,7 @@ def _train_step(run: _Run) -> dict[str, float]:
     learnable = _learnable(run)
     if learnable:
         run.optimizer.step()
+        state.evaluated = False
     run.optimizer.zero_grad(set_to_none=True)
     state.step += 1
     if (
@@ -824,13 +906,20 @@ def _train_step(run: _Run) -> dict[str, float]:
     return row
 
 
-def _next_batch(run: _Run) -> list[dict[str, Any]]:
-    """The next sampled batch's micro-batches, collated and rolled out."""
+def _next_batch(run: _Run) -> list[dict[str, Any]] | StoppedBatch:
+    """The next sampled batch's micro-batches, collated and rolled out; or the first :class:`StoppedBatch` a
+    rollout returns (the micro-batches rolled out before it are dropped: the run ends)."""
     budget = run.config.micro_batch_tokens
     chunks = [next(run.batches) for _ in range(run.config.gradient_accumulation_steps)]
     if budget is not None:
         chunks = _step_split(chunks, partial(_sample_length, run), budget, run.accelerator)
-    return [_rolled_out(run, [run.train_samples[i] for i in chunk]) for chunk in chunks]
+    rolled = []
+    for chunk in chunks:
+        batch = _rolled_out(run, [run.train_samples[i] for i in chunk])
+        if isinstance(batch, StoppedBatch):
+            return batch
+        rolled.append(batch)
+    return rolled
 
 
 def _sample_length(run: _Run, index: int) -> int:
@@ -847,7 +936,7 @@ def _sample_length(run: _Run, index: int) -> int:
     return run.lengths[index]
 
 
-def _rolled_out(run: _Run, samples: list[Any]) -> dict[str, Any]:
+def _rolled_out(run: _Run, samples: list[Any]) -> dict[str, Any] | StoppedBatch:
     """``samples`` collated on the device and, for an on-policy trainer, rolled out (without gradients)."""
     import torch
 
@@ -902,10 +991,13 @@ def _learnable(run: _Run) -> bool:
 
 def _evaluate_step(run: _Run, row: dict[str, float], last: bool) -> None:
     """Every ``eval_every`` steps and at the last: the evaluation loss and ``eval_fn``'s metrics into ``row``, and
-    the weights kept when they are the best on ``select_metric``."""
+    the weights kept when they are the best on ``select_metric``; skipped when no optimizer step changed the
+    weights since the last evaluation (the same weights would score the same)."""
     config = run.config
-    if not ((config.eval_every and run.state.step % config.eval_every == 0) or last):
+    due = (config.eval_every and run.state.step % config.eval_every == 0) or last
+    if not due or run.state.evaluated:
         return
+    run.state.evaluated = True
     if run.eval_samples:
         row.update(
             evaluate(
@@ -937,6 +1029,30 @@ def _save_step(run: _Run, last: bool) -> None:
         _save_checkpoint(
             run.accelerator, run.output_dir, run.state, config.keep_checkpoints, run.pending, run.best
         )
+        run.saved_step = step
+
+
+def _stop(run: _Run, reason: str) -> None:
+    """End the run at the last update for ``reason``: a final evaluation of weights that changed since the last
+    one (into the last update's row), and a final checkpoint unless this step's is saved and nothing was added
+    since."""
+    state = run.state
+    run.stopped_early = True
+    run.stop_reason = f"{reason} at update {state.step}"
+    logger.warning("stopping early: %s", run.stop_reason)
+    row: dict[str, float] = {"step": state.step}
+    if state.step > 0:  # step 0's weights are the starting ones
+        _evaluate_step(run, row, last=True)
+    evaluated = len(row) > 1
+    if evaluated:
+        if state.history and state.history[-1].get("step") == state.step:
+            state.history[-1].update(row)
+        else:
+            state.history.append(row)
+        if run.accelerator.is_main_process:
+            log_step(row)
+    if evaluated or run.saved_step != state.step:
+        _save_step(run, last=True)
 
 
 def _finish(run: _Run) -> LoopResult:
@@ -954,5 +1070,5 @@ def _finish(run: _Run) -> LoopResult:
     unwrapped.eval()
     return LoopResult(
         unwrapped, state.step, state.history, run.resumed_from, run.stopped_early, accelerator,
-        state.best_step, state.best_value,
+        state.best_step, state.best_value, run.stop_reason,
     )  # fmt: skip

@@ -118,9 +118,10 @@ def train_rmsweb_models(
         models[seed] = LoadedModel(result.model, processor)
         history = pl.from_dicts(result.history, infer_schema_length=None)
         histories.append(history.with_columns(pl.lit(seed).alias("seed")))
-        runs[str(seed)] = _seed_report(result, after, history)
-        logger.info("salvage_ds seed %d: returned %s (%s %s)", seed, runs[str(seed)]["returned"],
-                    run.loop.select_metric, result.best_value)  # fmt: skip
+        runs[str(seed)] = _seed_report(result, after, history, Path(run.loop.output_dir))
+        logger.info("salvage_ds seed %d: %d updates (%s), returned %s (%s %s); trained groups by origin %s", seed,
+                    result.step, result.stop_reason or "max_steps", runs[str(seed)]["returned"],
+                    run.loop.select_metric, result.best_value, runs[str(seed)]["trained_groups_by_origin"])  # fmt: skip
     report["runs"] = runs
     history = pl.concat(histories, how="diagonal_relaxed")
     return models, history.select("seed", "step", pl.exclude("seed", "step")), report
@@ -161,16 +162,21 @@ def _train_seed(
     return _train_here(model, processor, train, dev, replay, run)
 
 
-def _seed_report(result: Any, after: dict[str, float], history: pl.DataFrame) -> dict[str, Any]:
-    """A seed's entry in the report: its steps, the returned weights and their scores, the means of its history."""
+def _seed_report(
+    result: Any, after: dict[str, float], history: pl.DataFrame, output_dir: Path
+) -> dict[str, Any]:
+    """A seed's entry in the report: its steps and why it stopped before ``loop.max_steps`` (None: it did not), the
+    returned weights and their scores, its trained groups by the states' ``origin`` and the means of its history."""
     return {
         "steps": result.step,
+        "stop_reason": result.stop_reason,  # e.g. "sampled_action_budget spent (...) at update 58"
         "best_step": result.best_step,  # the returned weights' step (0: the SFT policy)
         "best_dev": result.best_value,  # their loop.select_metric
         "returned": "sft" if result.best_step == 0 else f"step {result.best_step}",
         "after": _by_split(after),
         "resumed_from": result.resumed_from,
         "stopped_early": result.stopped_early,
+        "trained_groups_by_origin": trained_groups_by_origin(read_group_log(output_dir)),
         "means": {
             c.removeprefix("train/"): history[c].mean() for c in history.columns if c.startswith("train/")
         },
@@ -248,27 +254,43 @@ def _by_split(row: dict[str, Any]) -> dict[str, dict[str, float]]:
     return nested
 
 
-#: ``salvage_ds_groups``: every sampled group of every seed's run (``training.salvage_ds.run.GROUP_LOG``'s records).
+#: ``salvage_ds_groups``: every sampled group of every seed's run (``training.salvage_ds.run.GROUP_LOG``'s records;
+#: ``origin`` null where the trained states carry none).
 GROUPS_SCHEMA = pl.Schema(
-    {"seed": pl.Int64, "batch": pl.Int64, "round": pl.Int64, "state_id": pl.String, "policy_version": pl.Int64,
-     "samples": pl.List(pl.String), "rewards": pl.List(pl.Float64), "n_right": pl.Int64, "decision": pl.String,
-     "reason": pl.String, "rank": pl.Int64}
+    {"seed": pl.Int64, "batch": pl.Int64, "round": pl.Int64, "state_id": pl.String, "origin": pl.String,
+     "policy_version": pl.Int64, "samples": pl.List(pl.String), "rewards": pl.List(pl.Float64), "n_right": pl.Int64,
+     "decision": pl.String, "reason": pl.String, "rank": pl.Int64}
 )  # fmt: skip
+
+
+def read_group_log(output_dir: Path) -> pl.DataFrame:
+    """A run's group log (``output_dir/groups.jsonl``) in :data:`GROUPS_SCHEMA` but ``seed``; logs written before a
+    column existed get it null."""
+    from rmsweb_kedro.training.salvage_ds import GROUP_LOG
+
+    path = output_dir / GROUP_LOG
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: the run's group log is missing (its run sampled no group?)")
+    return pl.read_ndjson(path, schema={k: v for k, v in GROUPS_SCHEMA.items() if k != "seed"})
+
+
+def trained_groups_by_origin(groups: pl.DataFrame) -> dict[str, int]:
+    """How many groups a run trained (accepted or anchored), by their state's ``origin`` (``unknown`` where none)."""
+    trained = groups.filter(pl.col("decision").is_in(["accepted", "anchored"]))
+    counts = trained.group_by(pl.col("origin").fill_null("unknown")).len().sort("origin")
+    return dict(zip(counts["origin"].to_list(), counts["len"].to_list(), strict=True))
 
 
 def gather_groups(report: dict[str, Any], params: dict[str, Any]) -> pl.DataFrame:
     """``salvage_ds_groups``: the group logs the runs of ``report['seeds']`` wrote under their output folders
     (``loop.output_dir/seed_<s>/groups.jsonl``), one table with the seed."""
-    from rmsweb_kedro.training.salvage_ds import GROUP_LOG
-
     config = SalvageDSNodeParams.model_validate(params)
-    frames = []
-    for seed in report["seeds"]:
-        path = Path(config.for_seed(seed).loop.output_dir) / GROUP_LOG
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: seed {seed}'s group log is missing (its run sampled no group?)")
-        rows = pl.read_ndjson(path, schema={k: v for k, v in GROUPS_SCHEMA.items() if k != "seed"})
-        frames.append(rows.with_columns(pl.lit(seed, pl.Int64).alias("seed")))
+    frames = [
+        read_group_log(Path(config.for_seed(seed).loop.output_dir)).with_columns(
+            pl.lit(seed, pl.Int64).alias("seed")
+        )
+        for seed in report["seeds"]
+    ]
     return pl.concat(frames).select(GROUPS_SCHEMA.names())
 
 

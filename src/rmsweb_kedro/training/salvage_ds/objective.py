@@ -176,7 +176,9 @@ class SalvageDSParams(BaseModel):
     saturation_draws: int | None = Field(
         2, ge=1
     )  # all right this many draws in a row: the state leaves the pool
-    sampled_action_budget: int | None = Field(None, ge=1)  # sampled actions of the whole run; None: no cap
+    # sampled actions of the whole run (each process's, every round's; spent: the run ends); None: no cap.
+    # Sized by max_rounds: batches x batch_size x G x max_rounds (SalvageDSJob refuses less than one round a batch)
+    sampled_action_budget: int | None = Field(None, ge=1)
     # objective
     scale_by_std: bool = True
     eps_std: float = Field(1e-4, gt=0.0)
@@ -190,6 +192,10 @@ class SalvageDSParams(BaseModel):
     temperature: float = Field(1.0, gt=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(48, ge=1)
+    # every dropout of the policy (LoRA's lora_dropout included) off for the whole run, as verl and TRL do for RL:
+    # the groups are sampled in eval mode, so pi_old, pi_ref and pi_theta must be that same deterministic policy
+    # (rho is then exactly 1 at a batch's first update); False keeps the checkpoint's dropout in the updates
+    disable_dropout: bool = True
 
     @model_validator(mode="after")
     def _band(self) -> SalvageDSParams:

@@ -8,8 +8,10 @@ rounds are spent. Under several processes each fills its share of B, resampling 
 (``states[rank::world]``, as a distributed sampler shards a data set: every process draws with the same seeded RNG,
 so without shards they would resample the same states). A state whose groups were all right in
 ``saturation_draws`` consecutive draws has been learnt: it **leaves the pool** (:meth:`GroupPool.record`).
-``sampled_action_budget`` caps the sampled actions of a run (:meth:`GroupPool.spend`), so modes are compared at
-equal sampling cost.
+``sampled_action_budget`` caps the sampled actions of a run (:meth:`GroupPool.spend`: every round's, resampled
+rounds included; each process counts its own, as ``loop.batch_size`` is per process), so modes are compared at
+equal sampling cost. A batch that finds the budget spent, or no state left to draw, ends the run
+(:meth:`GroupPool.exhausted`; the step hands the loop a ``StoppedBatch``).
 
 Every draw takes the torch global RNG (``torch.randperm``), which the loop seeds and checkpoints: a resumed run draws
 what the interrupted one would have.
@@ -52,14 +54,12 @@ class GroupPool:
         """The pool's states that have not saturated."""
         return [s for s in self.states if s.state_id not in self.saturated]
 
-    def first_round(self, states: list[PreparedState], wanted: int, sharded: bool) -> list[PreparedState]:
+    def first_round(self, states: list[PreparedState], wanted: int) -> list[PreparedState]:
         """A batch's first round: the loop's ``states``, saturated ones replaced by active states of this process's
-        shard (:meth:`keep_generating` when that leaves none and the weights are sharded); starts the batch's
-        record of drawn states."""
+        shard (none when nothing is left to draw: :meth:`exhausted`); starts the batch's record of drawn states."""
         kept = [s for s in states if s.state_id not in self.saturated]
         if len(kept) < wanted:
             kept += self._unseen(wanted - len(kept), {s.state_id for s in kept})
-        kept = self.keep_generating(kept, wanted, sharded)
         self.drawn = {s.state_id for s in kept}
         return kept
 
@@ -68,11 +68,11 @@ class GroupPool:
         drawn in this batch yet."""
         return self._mark(self._unseen(wanted, self.drawn))
 
-    def keep_generating(self, states: list[PreparedState], wanted: int, sharded: bool) -> list[PreparedState]:
-        """``states``, or, when sharded weights make generate a collective and this process has nothing left to
-        draw, ``wanted`` states re-drawn from the whole pool (saturated ones too) so it keeps generating with the
-        others."""
-        return self._mark(draw(self.states, wanted)) if sharded and not states else states
+    def keep_generating(self, states: list[PreparedState], wanted: int) -> list[PreparedState]:
+        """``states``, or, when this process has nothing left to draw for a further round that sharded weights make
+        it join (generate is a collective then), ``wanted`` states re-drawn from the whole pool (saturated ones
+        too)."""
+        return states or self._mark(draw(self.states, wanted))
 
     def _unseen(self, count: int, drawn: set[str]) -> list[PreparedState]:
         """``count`` states of this process's shard, neither saturated nor in ``drawn``."""
@@ -98,6 +98,18 @@ class GroupPool:
     def budget_left(self) -> bool:
         budget = self.p.sampled_action_budget
         return budget is None or self.sampled_actions < budget
+
+    def exhausted(self, first_round: list[PreparedState]) -> str | None:
+        """Why this process can sample no further batch, ``first_round`` being the batch's (:meth:`first_round`):
+        its budget is spent, or no state is left to draw; None when it can."""
+        if not self.budget_left():
+            return (
+                f"sampled_action_budget spent ({self.sampled_actions} of {self.p.sampled_action_budget} sampled "
+                "actions)"
+            )
+        if not first_round:
+            return f"pool empty ({len(self.saturated)} of {len(self.states)} states saturated)"
+        return None
 
     # ---------------------------------------------------------------- checkpoint
 

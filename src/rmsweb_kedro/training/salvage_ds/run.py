@@ -12,14 +12,21 @@ Several processes: ``accelerate launch ... -m rmsweb_kedro.training.salvage_ds -
 The ``served`` sampler runs there too (DDP or FSDP2): the main process serves, every process samples. Under FSDP2 and
 ZeRO-3 the policy's weights are sharded: the loop turns on synced generation, so every process keeps stepping the
 forwards of ``generate`` until the longest reply of any process is done.
+
+**The run's end.** ``sampled_action_budget`` counts every round's sampled actions; a batch that finds it spent, or
+no state left in the pool, ends the run at the last update (a ``StoppedBatch``: ``LoopResult.stop_reason``). A budget
+is sized by ``max_rounds`` (:func:`round_cost`): :class:`SalvageDSJob` refuses one that cannot pay for even one round
+a batch. ``disable_dropout`` (default on) turns every dropout of the policy off for the run (:func:`disable_dropout`).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rmsweb_kedro.contracts.prompts import PromptConfig
 from rmsweb_kedro.training.distributed import rank_and_world
@@ -30,11 +37,14 @@ from rmsweb_kedro.training.salvage_ds.pool import GroupPool
 from rmsweb_kedro.training.salvage_ds.step import SalvageDSStep
 from rmsweb_kedro.training.sampling import PreparedState, SamplerConfig, make_sampler
 
+logger = logging.getLogger(__name__)
+
 #: The file under the loop's output_dir holding every sampled group, one JSON a line: the sampled batch and its
-#: generation round, the state, the policy version that sampled it, the G samples (canonical texts, ``<invalid:
-#: reason>``), their rewards and how many are right, the gate's decision (accepted; anchored; rejected, discarded;
-#: surplus, accepted past B and discarded) and reason, and the process; the ``salvage_ds`` stage gathers every
-#: seed's into ``salvage_ds_groups`` (``pipelines/salvage_ds/nodes.GROUPS_SCHEMA``).
+#: generation round, the state and its ``origin`` (why mining chose it; null when the states carry none), the policy
+#: version that sampled it, the G samples (canonical texts, ``<invalid: reason>``), their rewards and how many are
+#: right, the gate's decision (accepted; anchored; rejected, discarded; surplus, accepted past B and discarded) and
+#: reason, and the process; the ``salvage_ds`` stage gathers every seed's into ``salvage_ds_groups``
+#: (``pipelines/salvage_ds/nodes.GROUPS_SCHEMA``).
 GROUP_LOG = "groups.jsonl"
 
 
@@ -116,7 +126,10 @@ def train_salvage_ds(
     before training too, the best evaluation's weights returned; ``sampler`` says what samples the groups (default:
     ``hf``); ``replay_states``: the SFT training states the replay term (eta > 0) draws from. Returns the
     ``LoopResult``; ``output_dir/groups.jsonl`` records every sampled group, with the policy version that sampled
-    it."""
+    it; ``LoopResult.stop_reason`` says why a run ended before ``loop_config.max_steps`` (e.g. the budget spent)."""
+    if p.disable_dropout:
+        disable_dropout(model)
+    _log_budget(p, loop_config)
     prepared = prepare_states(train_states, processor, prompt_config)
     replay = prepare_states(replay_states, processor, prompt_config) if p.eta > 0 and replay_states else []
     reference = frozen_reference(model, p)
@@ -143,6 +156,37 @@ def train_salvage_ds(
         )
     finally:
         step.sampler.close()  # a managed server stops, its log kept
+
+
+def disable_dropout(model) -> None:
+    """Every dropout of ``model`` off (p = 0; LoRA's ``lora_dropout`` is a ``Dropout`` too; attention dropout is a
+    module's float), as TRL's ``disable_dropout_in_model``: the groups are sampled in eval mode, and the frozen
+    log pi_old (and pi_ref) and the updates' forwards, in training mode, are then the same policy."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+
+
+def round_cost(p: SalvageDSParams, loop: LoopConfig) -> int:
+    """The sampled actions of one generation round in every sampled batch of a run (one process's, as the budget
+    and ``loop.batch_size`` are): batches (``max_steps / updates_per_batch``, rounded up) x micro-batches x
+    ``batch_size`` states x G. A resampling run may take up to ``max_rounds`` times that."""
+    batches = math.ceil(loop.max_steps / loop.updates_per_batch)
+    return batches * loop.gradient_accumulation_steps * loop.batch_size * p.group_size
+
+
+def _log_budget(p: SalvageDSParams, loop: LoopConfig) -> None:
+    """A warning when ``sampled_action_budget`` pays for fewer than ``max_rounds`` rounds a batch: resampling may
+    spend it, and end the run, before ``max_steps``."""
+    budget, rounds = p.sampled_action_budget, p.max_rounds if p.spec.dynamic_sampling else 1
+    if budget is not None and budget < round_cost(p, loop) * rounds:
+        logger.warning(
+            "sampled_action_budget %d pays for %.2f rounds a sampled batch, fewer than the %d a batch may take: "
+            "the run ends when it is spent, possibly before max_steps %d (%d would cover them)",
+            budget, budget / round_cost(p, loop), rounds, loop.max_steps, round_cost(p, loop) * rounds,
+        )  # fmt: skip
 
 
 def frozen_reference(model, p: SalvageDSParams):
@@ -196,6 +240,22 @@ class SalvageDSJob(BaseModel):
     )
     seed: int = 0
     sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+
+    @model_validator(mode="after")
+    def _budget_pays_for_a_round(self) -> SalvageDSJob:
+        """A budget that cannot pay for one round of every sampled batch ends the run before ``max_steps`` even
+        without resampling: a sizing mistake (docs/salvage_ds.md, "The sampling budget and the run's end")."""
+        budget, one_round = self.algorithm.sampled_action_budget, round_cost(self.algorithm, self.loop)
+        if budget is not None and budget < one_round:
+            rounds = self.algorithm.max_rounds
+            raise ValueError(
+                f"algorithm.sampled_action_budget {budget} cannot pay for one round a sampled batch: "
+                f"{math.ceil(self.loop.max_steps / self.loop.updates_per_batch)} batches (loop.max_steps / "
+                f"updates_per_batch) x {self.loop.gradient_accumulation_steps * self.loop.batch_size} states x G = "
+                f"{self.algorithm.group_size} = {one_round} sampled actions a round; with max_rounds {rounds} a "
+                f"run may take {one_round * rounds}: size it so, set null (no cap) or lower loop.max_steps"
+            )
+        return self
 
 
 def train_job(

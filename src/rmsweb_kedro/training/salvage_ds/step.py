@@ -8,7 +8,9 @@ A rollout reads in four moves: **sample** rounds of groups, **decide** each grou
 B; anchored beside them, never counting toward B; rejected, or accepted past B: ``surplus``, both discarded:
 ``train/discarded_groups``, ``train/rounds``), **assemble** the rows to train in one forward for every term, and
 **freeze** what the mu updates share (log pi_old, log pi_ref). A step that ends with nothing to learn (no accepted
-group with a non-zero advantage, nothing anchored, no replay) takes no optimizer step (``learnable``).
+group with a non-zero advantage, nothing anchored, no replay) takes no optimizer step (``learnable``). A batch that
+finds nothing to sample (``sampled_action_budget`` spent, or the pool empty: ``GroupPool.exhausted``) is a
+``StoppedBatch``: the loop ends the run there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from rmsweb_kedro.agents.base import PolicySample
 from rmsweb_kedro.contracts.actions import format_action
 from rmsweb_kedro.training.distributed import is_sharded, on_every_process, rank_and_world
+from rmsweb_kedro.training.loop import StoppedBatch
 from rmsweb_kedro.training.salvage_ds.inputs import continuation_logits, vision_inputs
 from rmsweb_kedro.training.salvage_ds.objective import (
     REJECT_REASONS,
@@ -164,12 +167,18 @@ class SalvageDSStep:
 
     # ---------------------------------------------------------------- the rollout
 
-    def rollout(self, model, batch: dict) -> RolledOutBatch:
-        """sample (and decide) → assemble → freeze, for the loop's ``batch["states"]`` (B prepared states)."""
+    def rollout(self, model, batch: dict) -> RolledOutBatch | StoppedBatch:
+        """sample (and decide) → assemble → freeze, for the loop's ``batch["states"]`` (B prepared states); a
+        ``StoppedBatch`` when any process has nothing left to sample."""
         policy = getattr(model, "module", model)  # a DDP wrapper has no generate: use the bare module
         sharded = is_sharded(self.accelerator)
+        wanted = len(batch["states"])  # B accepted groups
+        first = self.pool.first_round(batch["states"], wanted)
+        stopped = self._stopped(first)
+        if stopped is not None:
+            return stopped
         reload_before, started = self.sampler.reload_seconds, time.perf_counter()
-        sampled = self._sample(policy, batch["states"], sharded)
+        sampled = self._sample(policy, first, wanted, sharded)
         reload_seconds = self.sampler.reload_seconds - reload_before
         sampling_seconds = time.perf_counter() - started - reload_seconds
         replayed = draw(self.replay_pool, self.p.replay_states) if self.p.eta > 0 else []
@@ -180,31 +189,41 @@ class SalvageDSStep:
         rolled["rollout_metrics"] = self._rollout_metrics(sampled, replayed, sampling_seconds, reload_seconds)
         return rolled
 
-    def _sample(self, policy, states: list[PreparedState], sharded: bool) -> SampledBatch:
-        """Rounds of G samples for each state, each group decided as it comes, until the batch holds B accepted
-        groups, or (without dynamic sampling) after one round, after ``max_rounds``, or when the budget or this
-        process's shard runs out."""
+    def _stopped(self, first_round: list[PreparedState]) -> StoppedBatch | None:
+        """A ``StoppedBatch`` when this process or another has nothing left to sample (``GroupPool.exhausted``),
+        decided together before anyone generates (with sharded weights generate is a collective), with the same
+        reason on every process."""
+        reason = self.pool.exhausted(first_round)
+        rank, world = rank_and_world(self.accelerator)
+        if world > 1:
+            from accelerate.utils import gather_object
+
+            reasons = gather_object([f"process {rank}: {reason}" if reason else None])
+            reason = next((r for r in reasons if r), None)
+        return StoppedBatch(reason) if reason else None
+
+    def _sample(self, policy, states: list[PreparedState], wanted: int, sharded: bool) -> SampledBatch:
+        """Rounds of G samples for each state, from the batch's first round (``states``), each group decided as it
+        comes, until the batch holds ``wanted`` (B) accepted groups, or (without dynamic sampling) after one round,
+        after ``max_rounds``, or when the budget (counting every round) or this process's shard runs out."""
         p, pool = self.p, self.pool
-        sampled = SampledBatch(wanted=len(states))  # B accepted groups
-        states = pool.first_round(states, sampled.wanted, sharded)
-        while pool.budget_left() and states:
+        sampled = SampledBatch(wanted=wanted)
+        while states:
             sampled.rounds += 1
             groups = self.sampler.sample(policy, states, p.group_size)
             pool.spend(sum(len(g) for g in groups))
             for state, samples in zip(states, groups, strict=True):
                 sampled.groups.append(self._decide(state, samples, sampled))
             done = (
-                sampled.n_accepted >= sampled.wanted
+                sampled.n_accepted >= wanted
                 or not p.spec.dynamic_sampling
                 or sampled.rounds >= p.max_rounds
+                or not pool.budget_left()
             )
-            states = [] if done else pool.next_round(sampled.wanted)
+            states = [] if done else pool.next_round(wanted)
             if sharded:  # every process generates until the last one is done: generate is a collective then
                 done = on_every_process(done or not states, policy)
-                if not done:
-                    states = pool.keep_generating(states, sampled.wanted, sharded)
-            if done:
-                break
+                states = [] if done else pool.keep_generating(states, wanted)
         return sampled
 
     def _decide(self, state: PreparedState, samples: list[PolicySample], sampled: SampledBatch) -> Group:
@@ -342,6 +361,7 @@ class SalvageDSStep:
         rank, _ = rank_and_world(self.accelerator)
         records = [
             {"batch": self.batches, "round": g.round, "state_id": g.state.state_id,
+             "origin": g.state.row.get("origin"),  # why mining chose the state (absent in older tables: null)
              "policy_version": g.policy_version,  # the weights that sampled it
              "samples": [format_action(s.action) if s.action else f"<invalid: {s.error}>" for s in g.samples],
              "rewards": g.rewards, "n_right": sum(g.right), "decision": g.decision, "reason": g.reason}
@@ -379,9 +399,11 @@ class SalvageDSStep:
 
         entropy = token_entropy(logits[: trained.shape[0]], self.p.temperature)[trained.bool()]
         n_tokens = max(1, int(acc_mask.sum()))
-        with torch.no_grad():  # CleanRL's approx_kl of pi_theta to pi_old: 0 at a batch's first update
+        # CleanRL's approx_kl of pi_theta to pi_old, and rho: 0 and 1 at a batch's first update
+        with torch.no_grad():
             log_ratio = (logp[:n_acc] - old_logp) * acc_mask
             approx_kl = float(((log_ratio.exp() - 1) - log_ratio).sum()) / n_tokens
+            ratio_mean = 1.0 + float(((log_ratio.exp() - 1) * acc_mask).sum()) / n_tokens
         metrics = {
             **batch["rollout_metrics"],
             "surrogate": float(parts.surrogate.detach()),
@@ -390,6 +412,7 @@ class SalvageDSStep:
             "kl": float(parts.kl.detach()),
             "clip_fraction": parts.clipped_tokens / n_tokens,
             "approx_kl_old": approx_kl,
+            "ratio_mean": ratio_mean,  # rho over the completion tokens (1 with none)
             "entropy": float(entropy.mean()) if entropy.numel() else 0.0,
         }
         return loss, metrics
