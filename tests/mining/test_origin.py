@@ -1,148 +1,156 @@
-"""The probe pool in mining: the corpus is the states SFT trained on plus the pool held out of it (``in_sft``), the
-rollouts go to the pool's tasks first, and the report counts critical states by origin. Hand-made tables; the
-counts worked out by hand in the comments."""
+"""Why a state is critical, its ``origin``: an online divergence, a wrong greedy action, or spread samples (that
+precedence), and the routine ``ballast``. The offline states are probed for real through the served-policy path
+(the real OpenAI client against the local test server on 127.0.0.1), the server answering greedy requests
+(``temperature: 0``) one way and sampled ones another: a tiny model cannot be made to disagree with its own
+samples on purpose. The online state of a real failed rollout is tests/mining/test_probing.py's."""
 
-import random
+from __future__ import annotations
 
 import polars as pl
 import pytest
 
-from rmsweb_kedro.measures.mining import (
-    CRITICAL_STATE_SCHEMA,
-    FailureMode,
-    corpus_states,
-    deduplicate_states,
-    failure_mode_table,
-    origin_report,
-)
-from rmsweb_kedro.measures.probing import MiningParams, draw_rollout_tasks, task_origins
+from rmsweb_kedro.measures.mining import CRITICAL_STATE_SCHEMA, FailureMode, Origin, with_origins
+from rmsweb_kedro.measures.probing import MiningParams, draw_rollout_tasks
 from rmsweb_kedro.pipelines.mining.nodes import (
-    plot_failure_modes,
     prepare_corpus,
+    probe_offline,
     report_mining,
     select_critical_states,
 )
+from tests.collect.local_openai_server import LocalChatServer
+from tests.mining.test_in_sft import probed
 from tests.mining.test_selection import frame, state
 
-PARAMS = {"competence_threshold": 0.5, "ballast_share": 0.0, "dedup": True}
+RIGHT, WRONG = "click(1)", "click(2)"  # every state's reference action is click(1)
+#: instruction -> (greedy reply, sampled reply) the server gives
+REPLIES = {
+    "buy a hat": (WRONG, RIGHT),  # greedy wrong, samples right: greedy_wrong at competence 1
+    "buy a mug": (WRONG, WRONG),  # greedy wrong, samples wrong: greedy_wrong (before samples_spread)
+    "buy a lamp": (RIGHT, WRONG),  # greedy right, samples wrong: samples_spread
+    "buy a scarf": (RIGHT, RIGHT),  # routine
+    "buy a sock": (RIGHT, RIGHT),  # routine
+    "buy a cup": (RIGHT, RIGHT),  # routine
+}
+HELD_OUT = {"buy a hat", "buy a scarf"}  # the probe pool: held out of SFT
 
 
-def probed(rows: list[dict], competences: list[float | None], in_sft: list[bool], source: str = "offline"):
-    """STATE rows with the probe columns mining adds (competence as given, one failure mode for the wrong ones)."""
-    return frame(rows).with_columns(
-        pl.Series("competence", competences, dtype=pl.Float64),
-        pl.Series("in_sft", in_sft, dtype=pl.Boolean),
-        pl.lit(source).alias("source"),
-        pl.lit(1, pl.Int32).alias("n_copies"),
-        pl.lit(4, pl.Int32).alias("n_samples"),
-        pl.lit(None, pl.String).alias("greedy_action"),
-        pl.lit(None, pl.Boolean).alias("step_success"),
-        pl.when(pl.Series(competences) < 1)
-        .then(pl.lit(FailureMode.WRONG_ELEMENT.value))
-        .alias("failure_mode"),
-        pl.lit([], pl.List(pl.String)).alias("sampled_actions"),
+def respond(body: dict) -> str:
+    text = " ".join(
+        part["text"] for m in body["messages"] if isinstance(m["content"], list) for part in m["content"]
+        if part["type"] == "text"
+    ) + " ".join(m["content"] for m in body["messages"] if isinstance(m["content"], str))  # fmt: skip
+    (greedy, sampled), *_ = [replies for task, replies in REPLIES.items() if task in text]
+    return f"Action: {greedy if body.get('temperature') == 0 else sampled}"
+
+
+@pytest.fixture(scope="module")
+def probes():
+    """The corpus of REPLIES' states (training states, then the pool) probed with K = 4 through the server."""
+    rows = [state(i, instruction=task) for i, task in enumerate(REPLIES)]
+    train = frame([r for r in rows if r["instruction"] not in HELD_OUT])
+    pool = frame([r for r in rows if r["instruction"] in HELD_OUT])
+    with LocalChatServer() as server:
+        server.respond = respond
+        params = {
+            "scoring": {"k": 4, "batch_size": 2},
+            "policy": {"kind": "openai", "endpoint": {"base_url": server.base_url, "model": "m"}},
+            "online": {"rollouts": 0},
+        }
+        offline = probe_offline(prepare_corpus(train, pool, params), None, params)
+    return offline.sort("instruction")
+
+
+def by_task(table: pl.DataFrame, column: str) -> dict[str, object]:
+    return dict(table.select("instruction", column).iter_rows())
+
+
+def test_greedy_wrong_and_spread_samples_are_told_apart(probes):
+    assert by_task(probes, "step_success") == {t: g == RIGHT for t, (g, _) in REPLIES.items()}
+    assert by_task(probes, "competence") == {t: float(s == RIGHT) for t, (_, s) in REPLIES.items()}
+    assert by_task(probes, "origin") == {
+        "buy a hat": "greedy_wrong", "buy a mug": "greedy_wrong", "buy a lamp": "samples_spread",
+        "buy a scarf": None, "buy a sock": None, "buy a cup": None,
+    }  # fmt: skip
+    # the failure mode is the greedy action's where it is wrong, else the wrong samples'
+    assert by_task(probes, "failure_mode")["buy a hat"] == FailureMode.WRONG_ELEMENT.value
+
+
+def online_state(competence: float) -> pl.DataFrame:
+    """A divergence state of a failed rollout, probed: the rollout's action was wrong there."""
+    row = state(9, instruction="buy a tie")
+    return probed([row], [competence], [True], source="online").with_columns(
+        pl.lit(True).alias("step_success")
     )
 
 
-def test_corpus_is_train_then_probe_pool_and_a_state_in_both_counts_as_trained():
-    train = frame([state(0), state(1, instruction="buy a hat")])
-    pool = frame([state(2), state(3, instruction="buy a lamp")])  # state 2 is state 0 in another task
-    corpus = prepare_corpus(train, pool, PARAMS)
-    assert corpus["state_id"].to_list() == ["t0:0", "t1:0", "t3:0"]
-    assert corpus["in_sft"].to_list() == [
-        True,
-        True,
-        False,
-    ]  # SFT saw state 2's prompt and action (as state 0)
-    assert corpus["n_copies"].to_list() == [2, 1, 1]
-    # no pool: the corpus is what it was before the pool existed, plus in_sft
-    alone = prepare_corpus(train, frame([]), PARAMS)
-    assert alone.drop("in_sft").equals(deduplicate_states(train)) and alone["in_sft"].all()
-    undeduped = prepare_corpus(train, pool, {**PARAMS, "dedup": False})
-    assert undeduped["in_sft"].to_list() == [True, True, False, False]
-    with pytest.raises(ValueError, match=r"sft_states_probe: missing STATE_SCHEMA columns \['axtree'\]"):
-        corpus_states(train, pool.drop("axtree"))
-
-
-def test_critical_states_are_counted_by_origin():
-    # offline: trained 1.0, 0.75, 0.25 (1 critical of 3); held out 0.0, 0.25, 1.0, unprobed (2 of 3 probed)
-    offline = probed(
-        [state(i, instruction=f"task {i}") for i in range(7)],
-        [1.0, 0.75, 0.25, 0.0, 0.25, 1.0, None],
-        [True, True, True, False, False, False, False],
-    )
-    # online: one state of a held-out task, critical
-    online = probed([state(9, instruction="task 9")], [0.0], [False], source="online")
-    mined = select_critical_states(offline, online, PARAMS)
+def test_origins_by_precedence_and_the_report_adds_up(probes):
+    online = online_state(1.0)  # the re-probe finds it right throughout: still the episode's divergence
+    params = {"ballast_share": 0.25, "competence_threshold": 0.5, "seed": 0}
+    mined = select_critical_states(probes, online, params)
     assert mined.schema == CRITICAL_STATE_SCHEMA
-    # critical, hardest first (competence, then state id): t3 0.0, t9 0.0, t2 0.25, t4 0.25
-    assert mined["state_id"].to_list() == ["t3:0", "t9:0", "t2:0", "t4:0"]
-    assert mined["in_sft"].to_list() == [False, False, True, False]
-    report = origin_report(offline, online, mined, 0.5)
-    assert report["in_sft"]["offline"] == {
-        "states": 3, "probed": 3, "critical": 1, "critical_share": 1 / 3, "mean_competence": 2 / 3,
-    }  # fmt: skip
-    assert report["not_in_sft"]["offline"] == {
-        "states": 4, "probed": 3, "critical": 2, "critical_share": 2 / 3, "mean_competence": 1.25 / 3,
-    }  # fmt: skip
-    assert report["not_in_sft"]["online"]["critical"] == 1 and report["in_sft"]["online"]["states"] == 0
-    assert report["in_sft"]["selected"] == {"critical": 1} and report["not_in_sft"]["selected"] == {
-        "critical": 3
-    }
-    full = select_critical_states(offline, online, {**PARAMS, "rl_corpus": "full"})
-    assert full.height == 7 and full["in_sft"].sum() == 3  # every corpus state, training states and the pool
-    summary = report_mining(offline, online, mined, {"rollouts": 1}, PARAMS)
-    assert summary["by_origin"] == report and summary["corpus_states_held_out_of_sft"] == 4
-    assert summary["critical_in_corpus"] == 3  # t1's unprobed state is not critical
-    # failure modes: every critical state here is a wrong element; offline 1 trained + 2 held out, online 1 held out
-    table = failure_mode_table(pl.concat([offline, online]), 2, 0.5)
-    element = table.filter(pl.col("failure_mode") == FailureMode.WRONG_ELEMENT.value)
-    assert element.select("source", "n_states", "n_in_sft", "n_not_in_sft").rows() == [
-        ("offline", 3, 1, 2),
-        ("online", 1, 0, 1),
+    # precedence first, then competence: the divergence, the greedy-wrong states (mug 0.0, hat 1.0), the spread one
+    assert mined["origin"].to_list()[:4] == [
+        "online_divergence",
+        "greedy_wrong",
+        "greedy_wrong",
+        "samples_spread",
     ]
-    env = table.filter((pl.col("source") == "online") & (pl.col("failure_mode") == "environment_error"))
-    # rollouts, not states: no origin
-    assert env.select("n_states", "n_in_sft", "n_not_in_sft").row(0) == (2, None, None)
-    figure = plot_failure_modes(table)
-    assert "(1 on states SFT trained on, 3 held out of it)" in figure.axes[0].get_title()
+    assert mined["instruction"].to_list()[:4] == ["buy a tie", "buy a mug", "buy a hat", "buy a lamp"]
+    assert mined["origin"].to_list()[4:] == ["ballast"] and mined["selection"].to_list()[4:] == ["ballast"]
+    report = report_mining(probes, online, mined, {"rollouts": 1}, params)
+    by_origin = report["by_origin"]
+    assert {o: (c["states"], c["selected"]) for o, c in by_origin.items()} == {
+        "online_divergence": (1, 1), "greedy_wrong": (2, 2), "samples_spread": (1, 1),
+        "ballast": (3, 1),  # three routine states, one drawn (a quarter of the five)
+    }  # fmt: skip
+    assert sum(c["selected"] for c in by_origin.values()) == report["mined_states"] == mined.height
+    # by in_sft: the hat is a probe-pool state, the mug a training one
+    assert by_origin["greedy_wrong"]["not_in_sft"] == {"states": 1, "selected": 1}
+    assert by_origin["greedy_wrong"]["in_sft"] == {"states": 1, "selected": 1}
+    assert by_origin["online_divergence"]["in_sft"] == {"states": 1, "selected": 1}
+    for counts in by_origin.values():
+        assert counts["in_sft"]["states"] + counts["not_in_sft"]["states"] == counts["states"]
+    # the critical states the other tables count are the same four
+    assert report["critical_in_corpus"] == 3 and report["concentration"]["mined"]["share_routine"] == 1 / 5
+    assert report["by_in_sft"]["in_sft"]["online"]["critical"] == 1
 
 
-def test_tables_from_before_the_pool_are_states_sft_trained_on():
-    old = probed([state(0), state(1, instruction="x")], [0.0, 1.0], [True, True]).drop("in_sft")
-    mined = select_critical_states(old, old.clear().with_columns(pl.lit("online").alias("source")), PARAMS)
-    assert mined["in_sft"].to_list() == [True]
-    report = origin_report(old, old.clear(), mined, 0.5)
-    assert report["in_sft"]["offline"]["critical"] == 1 and report["not_in_sft"]["offline"]["states"] == 0
+def test_mining_critical_chooses_the_origins(probes):
+    online = online_state(1.0)
+    # today's criterion alone: competence below the threshold, whatever the greedy action or the source
+    spread = select_critical_states(probes, online, {"ballast_share": 0.0, "critical": ["samples_spread"]})
+    assert by_task(spread, "origin") == {"buy a mug": "samples_spread", "buy a lamp": "samples_spread"}
+    greedy = select_critical_states(probes, online, {"ballast_share": 0.0, "critical": ["greedy_wrong"]})
+    assert set(greedy["instruction"]) == {"buy a hat", "buy a mug"}  # the online state's re-probe is right
+    # the cap keeps the origins by precedence: the divergence, then a greedy-wrong state
+    capped = select_critical_states(probes, online, {"ballast_share": 0.0, "cap": 2})
+    assert capped["origin"].to_list() == ["online_divergence", "greedy_wrong"]
+    report = report_mining(probes, online, capped, {}, {"ballast_share": 0.0, "cap": 2})
+    assert report["by_origin"]["greedy_wrong"] == {
+        "states": 2, "selected": 1,
+        "in_sft": {"states": 1, "selected": 1}, "not_in_sft": {"states": 1, "selected": 0},
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="critical"):
+        MiningParams.model_validate({"critical": []})
+    with pytest.raises(ValueError, match="critical"):
+        MiningParams.model_validate({"critical": ["ballast"]})
 
 
-def test_rollouts_go_to_the_probe_pool_first(sandbox_task_list):
-    candidates = [t for t in sandbox_task_list if t.split == "train"][:10]
-    held_out = {t.id for t in candidates[6:]}  # 4 tasks of the pool
-    references = pl.DataFrame(
-        {"task_id": [t.id for t in candidates], "in_sft": [t.id not in held_out for t in candidates]}
+def test_an_unprobed_state_or_the_environments_failure_has_no_origin():
+    table = probed([state(i, instruction=f"t{i}") for i in range(3)], [None, 0.0, 0.0], [True] * 3)
+    table = table.with_columns(
+        pl.Series("step_success", [None, False, None], dtype=pl.Boolean),
+        pl.Series("failure_mode", [None, "environment_error", "wrong_element"]),
     )
-    origins = task_origins(references)
-    assert origins == {t.id: t.id not in held_out for t in candidates}
-    config = MiningParams.model_validate({"seed": 3, "online": {"rollouts": 6}})
-    drawn = draw_rollout_tasks(candidates, origins, config)
-    assert {t.id for t in drawn[:4]} == held_out and len({t.id for t in drawn}) == 6
-    assert not {t.id for t in drawn[4:]} & held_out
-    # no pool (or probe_pool_first off): one seeded draw over every candidate, as before the pool existed
-    trained = {t.id: True for t in candidates}
-    before = random.Random(3).sample(candidates, 6)
-    assert draw_rollout_tasks(candidates, trained, config) == before
-    off = MiningParams.model_validate({"seed": 3, "online": {"rollouts": 6, "probe_pool_first": False}})
-    assert draw_rollout_tasks(candidates, origins, off) == before
-    # a references table without in_sft holds states SFT trained on
-    assert set(task_origins(references.drop("in_sft")).values()) == {True}
+    assert with_origins(table, list(Origin)[:3], 0.5)["origin"].to_list() == [None, None, "samples_spread"]
 
 
-def test_mining_reads_the_probe_pool():
-    from rmsweb_kedro.pipelines.mining.pipeline import create_pipeline
-
-    pipeline = create_pipeline()
-    assert {"sft_states_train", "sft_states_probe"} <= pipeline.inputs()
-    for name in ("prepare_mining_corpus", "probe_online"):
-        (node,) = [n for n in pipeline.nodes if n.name == name]
-        assert {"sft_states_train", "sft_states_probe"} <= set(node.inputs)
+def test_all_rollouts_is_every_task_with_a_reference(sandbox_task_list):
+    candidates = [t for t in sandbox_task_list if t.split == "train"][:7]
+    in_sft = {t.id: t.id != candidates[3].id for t in candidates}
+    config = MiningParams.model_validate({"online": {"rollouts": "all"}})
+    drawn = draw_rollout_tasks(candidates, in_sft, config)
+    assert drawn[0] == candidates[3] and {t.id for t in drawn} == {t.id for t in candidates}
+    assert len(drawn) == len(candidates)
+    with pytest.raises(ValueError):
+        MiningParams.model_validate({"online": {"rollouts": "some"}})

@@ -82,8 +82,11 @@ def test_outputs(mining_run):
     catalog, params, root = mining_run
     critical = catalog.load("critical_states")
     assert critical.schema == CRITICAL_STATE_SCHEMA
-    assert (critical.filter(pl.col("selection") == "critical")["competence"] < 0.5).all()
-    assert (critical.filter(pl.col("selection") == "ballast")["competence"] >= 0.5).all()
+    # critical: the greedy action is wrong, or the samples are (spread); ballast: both right
+    chosen = critical.filter(pl.col("selection") == "critical")
+    assert ((chosen["competence"] < 0.5) | ~chosen["step_success"]).all()
+    ballast = critical.filter(pl.col("selection") == "ballast")
+    assert (ballast["competence"] >= 0.5).all() and ballast["step_success"].all()
     modes = catalog.load("failure_modes")
     assert modes.height == 2 * len(FailureMode)
     offline = modes.filter(pl.col("source") == "offline")
@@ -93,15 +96,40 @@ def test_outputs(mining_run):
     assert report["offline_probed"] == params["max_states_probed"]
     assert report["online_rollouts"] == {"rollouts": 0}
     assert report["concentration"]["mined"]["states"] == critical.height
-    # critical states by origin, as measured on the probes
+    # why each probed state is critical: its greedy action wrong first, else its samples below the threshold
     probes = catalog.load("mining_offline_probes")
-    for origin, flag in (("in_sft", True), ("not_in_sft", False)):
-        mine = probes.filter(pl.col("in_sft") == flag)
-        counts = report["by_origin"][origin]["offline"]
-        assert counts["probed"] == mine["competence"].is_not_null().sum()
-        assert counts["critical"] == (mine["competence"] < 0.5).sum()
-        assert sum(report["by_origin"][origin]["selected"].values()) == (critical["in_sft"] == flag).sum()
-    assert report["by_origin"]["not_in_sft"]["offline"]["probed"] > 0
+    probed = probes.filter(pl.col("competence").is_not_null())
+    expected = [
+        "greedy_wrong" if not greedy else "samples_spread" if competence < 0.5 else None
+        for greedy, competence in probed.select("step_success", "competence").iter_rows()
+    ]
+    assert (
+        probed["origin"].to_list() == expected
+        and probes.filter(pl.col("competence").is_null())["origin"].is_null().all()
+    )
+    assert critical.filter(pl.col("selection") == "ballast")["origin"].eq("ballast").all()
+    chosen = critical.filter(pl.col("selection") == "critical")
+    assert chosen["origin"].is_in(["greedy_wrong", "samples_spread"]).all()
+    by_origin = report["by_origin"]
+    assert (
+        by_origin["greedy_wrong"]["states"] > 0
+    )  # an untrained tiny model: its greedy action is mostly wrong
+    for origin in ("greedy_wrong", "samples_spread"):
+        assert by_origin[origin]["states"] == expected.count(origin)
+        assert by_origin[origin]["selected"] == (critical["origin"] == origin).sum()
+    assert by_origin["online_divergence"] == {
+        "states": 0, "selected": 0, "in_sft": {"states": 0, "selected": 0}, "not_in_sft": {"states": 0, "selected": 0},
+    }  # fmt: skip
+    assert sum(c["selected"] for c in by_origin.values()) == critical.height == report["mined_states"]
+    # critical states by in_sft, as measured on the probes
+    for group, flag in (("in_sft", True), ("not_in_sft", False)):
+        mine = probed.filter(pl.col("in_sft") == flag)
+        counts = report["by_in_sft"][group]["offline"]
+        assert counts["probed"] == mine.height
+        assert counts["critical"] == mine["origin"].is_not_null().sum()
+        assert sum(report["by_in_sft"][group]["selected"].values()) == (critical["in_sft"] == flag).sum()
+        assert sum(by_origin[o][group]["selected"] for o in by_origin) == (critical["in_sft"] == flag).sum()
+    assert report["by_in_sft"]["not_in_sft"]["offline"]["probed"] > 0
     assert offline["n_in_sft"].sum() + offline["n_not_in_sft"].sum() == offline["n_states"].sum()
 
 

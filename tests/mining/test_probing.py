@@ -15,10 +15,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoint, tmp_path, monkeypatch):
     """An untrained policy rolled out in the sandbox fails; its first divergence from the reference becomes a
-    probed STATE row carrying the reference action and the screenshot of its page, kept under the mining folder.
-    Of the six tasks with references, the one of the probe pool (held out of SFT) is the one rolled out on."""
+    probed STATE row carrying the reference action and the screenshot of its page, kept under the mining folder,
+    critical as an online divergence. Of the six tasks with references, the one of the probe pool (held out of SFT)
+    is the one rolled out on. The rollout is journaled: a re-run takes it from the journal."""
     from rmsweb_kedro.models.modeling import load_model
-    from rmsweb_kedro.pipelines.mining.nodes import probe_online
+    from rmsweb_kedro.pipelines.mining.nodes import probe_online, report_mining, select_critical_states
 
     monkeypatch.chdir(tmp_path)  # no image_root: the row's screenshot is relative to the working directory
     task = next(t for t in mining_tasks if t.site == WEAK_SITE)
@@ -27,13 +28,14 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
         "online": {"rollouts": 1, "max_steps": 3, "screenshot_root": "mining/online_screenshots"},
     }  # fmt: skip
     pool = pl.col("task_id") == task.id
-    probes, rollouts, _steps = probe_online(
+    policy = load_model({"path": str(tiny_checkpoint)})
+    inputs = (
         tasks_to_frame(mining_tasks),
         reference_states.filter(~pool),
         reference_states.filter(pool),
-        load_model({"path": str(tiny_checkpoint)}),
-        params,
+        policy,
     )
+    probes, rollouts, steps = probe_online(*inputs, params)
     assert {k: rollouts[k] for k in ("rollouts", "failure", "diverged")} == {
         "rollouts": 1,
         "failure": 1,
@@ -56,6 +58,18 @@ def test_online_probing_end_to_end(mining_tasks, reference_states, tiny_checkpoi
     assert row["failure_mode"] == FailureMode.INVALID_FORMAT.value
     assert row["screenshot"] == f"mining/online_screenshots/mining-online__{task.id}/step_000.png"
     assert (tmp_path / row["screenshot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert row["origin"] == "online_divergence"
+    offline = probes.clear().with_columns(pl.lit("offline").alias("source"))
+    mined = select_critical_states(offline, probes, params)
+    by_origin = report_mining(offline, probes, mined, rollouts, params)["by_origin"]
+    assert mined["origin"].to_list() == ["online_divergence"]
+    assert by_origin["online_divergence"]["not_in_sft"] == {"states": 1, "selected": 1}
+    # the journal holds the rollout (found by task); a re-run, as after a kill, rolls out nothing new
+    journal = tmp_path / "data/07_model_output/mining/online_journal.jsonl"
+    assert len(journal.read_text().splitlines()) == 1
+    again = probe_online(*inputs, params)
+    assert len(journal.read_text().splitlines()) == 1
+    assert again[0].equals(probes) and again[1] == rollouts and again[2].equals(steps)
 
 
 def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
@@ -88,13 +102,13 @@ def test_mining_finds_the_weak_site(reference_states, weak_policy_dir):
     weak_share_mined = mined.filter(weak).height / mined.height
     assert weak_share_mined > weak_share_corpus, (weak_share_mined, weak_share_corpus)
     assert mined.filter(weak).height >= 0.75 * probes.filter(weak).height
-    by_origin = report_mining(probes, online, mined, {"rollouts": 0}, params)["by_origin"]
-    held_out, trained = by_origin["not_in_sft"]["offline"], by_origin["in_sft"]["offline"]
+    by_in_sft = report_mining(probes, online, mined, {"rollouts": 0}, params)["by_in_sft"]
+    held_out, trained = by_in_sft["not_in_sft"]["offline"], by_in_sft["in_sft"]["offline"]
     assert (
         held_out["probed"] == probes.filter(weak).height and held_out["critical"] == mined.filter(weak).height
     )
-    assert held_out["critical_share"] > trained["critical_share"], by_origin
-    assert by_origin["not_in_sft"]["selected"]["critical"] == mined.filter(weak).height
+    assert held_out["critical_share"] > trained["critical_share"], by_in_sft
+    assert by_in_sft["not_in_sft"]["selected"]["critical"] == mined.filter(weak).height
 
 
 def test_online_state_shows_its_screenshot_to_the_model(

@@ -6,6 +6,7 @@ import pytest
 from rmsweb_kedro.contracts.actions import parse_action
 from rmsweb_kedro.contracts.schema import STATE_SCHEMA, Step, Task, Trajectory
 from rmsweb_kedro.measures.mining import (
+    CRITICAL_ORIGINS,
     concentration,
     deduplicate_states,
     divergences,
@@ -13,7 +14,11 @@ from rmsweb_kedro.measures.mining import (
     reference_index,
     select_states,
     state_row,
+    with_origins,
 )
+
+#: every origin counts; a state is critical below this competence
+RULES = {"critical": CRITICAL_ORIGINS, "competence_threshold": 0.5}
 
 
 def state(i, instruction="buy a scarf", previous=(), axtree="[1] button 'Go'", action="click(1)", **extra):
@@ -63,38 +68,43 @@ def test_deduplicate_names_missing_columns():
 
 
 def scored(competences):
-    rows = [state(i, competence=c, n_copies=1) for i, c in enumerate(competences)]
-    return frame(rows, competence=pl.Float64, n_copies=pl.Int32)
+    """Probed offline states whose greedy action is right: competence alone makes them critical."""
+    rows = [
+        state(i, competence=c, n_copies=1, source="offline", step_success=True, failure_mode=None)
+        for i, c in enumerate(competences)
+    ]
+    schema = {"source": pl.String, "step_success": pl.Boolean, "failure_mode": pl.String}
+    return frame(rows, competence=pl.Float64, n_copies=pl.Int32, **schema)
 
 
 def test_select_critical_hardest_first_with_ballast():
     table = scored([0.0, 1.0, 0.5, 1.0, 0.75, 1.0, None, 0.25, 1.0, 1.0])
-    mined = select_states(table, competence_threshold=0.5, ballast_share=0.25, cap=None, seed=0)
+    mined = select_states(table, **RULES, ballast_share=0.25, cap=None, seed=0)
     critical = mined.filter(pl.col("selection") == "critical")
     assert critical["state_id"].to_list() == ["t0:0", "t7:0"]  # competence 0.0 then 0.25; 0.5 is not below
     ballast = mined.filter(pl.col("selection") == "ballast")
     assert ballast.height == 1 and ballast["competence"][0] >= 0.5  # 1 of 3 rows is ballast (~25%)
     assert "t6:0" not in mined["state_id"].to_list()  # never probed, never selected
     # the same seed draws the same ballast; no ballast when the share is zero
-    assert select_states(table, competence_threshold=0.5, ballast_share=0.25, cap=None, seed=0).equals(mined)
-    none = select_states(table, competence_threshold=0.5, ballast_share=0.0, cap=None, seed=0)
+    assert select_states(table, **RULES, ballast_share=0.25, cap=None, seed=0).equals(mined)
+    none = select_states(table, **RULES, ballast_share=0.0, cap=None, seed=0)
     assert none["selection"].to_list() == ["critical", "critical"]
 
 
 def test_select_cap_keeps_proportion_and_hardest():
     table = scored([0.0] * 3 + [0.25] * 5 + [1.0] * 10)
-    mined = select_states(table, competence_threshold=0.5, ballast_share=0.5, cap=4, seed=1)
+    mined = select_states(table, **RULES, ballast_share=0.5, cap=4, seed=1)
     assert mined.height == 4
     assert mined["selection"].to_list() == ["critical", "critical", "ballast", "ballast"]
     assert mined["competence"].to_list()[:2] == [0.0, 0.0]
     with pytest.raises(ValueError, match="ballast_share"):
-        select_states(table, competence_threshold=0.5, ballast_share=1.0, cap=None, seed=0)
+        select_states(table, **RULES, ballast_share=1.0, cap=None, seed=0)
 
 
 def test_concentration():
     corpus = scored([0.0, 1.0, 1.0, 1.0]).with_columns(pl.Series("n_copies", [1, 1, 1, 5], dtype=pl.Int32))
-    mined = select_states(corpus, competence_threshold=0.5, ballast_share=0.5, cap=None, seed=0)
-    report = concentration(corpus, mined, competence_threshold=0.5)
+    mined = select_states(corpus, **RULES, ballast_share=0.5, cap=None, seed=0)
+    report = concentration(with_origins(corpus, **RULES), mined)
     assert report["corpus"]["share_routine"] == 0.75
     assert report["corpus"]["share_routine_weighted"] == 7 / 8
     assert report["mined"]["share_routine"] == 0.5

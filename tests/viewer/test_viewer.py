@@ -191,7 +191,7 @@ def test_a_mined_state_shows_samples_with_rewards_and_competence(page, viewer, r
     assert parse_qs(urlparse(page.url).query)["id"] == [state["state_id"]]  # a shareable link
     facts = page.locator("table.facts").inner_text()
     assert state["reference_action"] in facts and str(state["competence"]) in facts
-    assert str(state["in_sft"]) in facts
+    assert str(state["in_sft"]) in facts and state["origin"] in facts  # why it is critical (or ballast)
     rewards = [float(r) for r in page.locator("table.samples tr td:nth-child(2)").all_inner_texts()]
     assert len(rewards) == state["n_samples"] == len(state["sampled_actions"])
     right = sum(r > 0 for r in rewards)  # the polarized rewards agree with the competence

@@ -54,6 +54,7 @@ from rmsweb_kedro.contracts.schema import (
     Task,
     Trajectory,
     conform_states,
+    reference_set,
 )
 from rmsweb_kedro.contracts.seeding import draw_up_to, seeded_rng
 
@@ -121,6 +122,8 @@ MINED_COLUMNS = pl.Schema(
         "failure_mode": pl.String,  # a FailureMode value, or null when no sample was wrong
         "sampled_actions": pl.List(pl.String),  # canonical texts; "<invalid: reason>" for unparsed outputs
         "selection": pl.String,  # "critical", "ballast" (rl_corpus: mined) or "full" (rl_corpus: full)
+        # why the state is in the mined set: an Origin value (null: a routine state not kept, or rl_corpus: full)
+        "origin": pl.String,
     }
 )
 CRITICAL_STATE_SCHEMA = pl.Schema({**STATE_SCHEMA, **MINED_COLUMNS})
@@ -284,7 +287,7 @@ def _keyed(states: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     return keyed, ["instruction", "_history", "axtree", "reference_action"]
 
 
-def with_origin(states: pl.DataFrame) -> pl.DataFrame:
+def with_in_sft(states: pl.DataFrame) -> pl.DataFrame:
     """``states`` with ``in_sft``; a table from before the probe pool existed lacks it, and every state it holds was
     one SFT trained on (mining probed sft_states_train only), so it gets true."""
     return states if "in_sft" in states.columns else states.with_columns(pl.lit(True).alias("in_sft"))
@@ -321,57 +324,133 @@ def unseen_states(states: pl.DataFrame, known: pl.DataFrame) -> pl.DataFrame:
     return keyed.join(known_keys, on=key, how="anti", nulls_equal=True).drop("_history")
 
 
+# ---------------------------------------------------------------- origins: why a state is critical
+
+
+class Origin(StrEnum):
+    """Why a state is in the mined set (its ``origin``): the three ways a probed state is critical, in precedence
+    order (the first of ``mining.critical`` that applies names it), and the routine states kept beside them."""
+
+    ONLINE_DIVERGENCE = "online_divergence"  # the policy's own online episode went wrong here (source online)
+    GREEDY_WRONG = "greedy_wrong"  # its greedy action, the one evaluation takes, is wrong
+    SAMPLES_SPREAD = "samples_spread"  # greedy right, but the K samples' competence is below the threshold
+    BALLAST = "ballast"  # a routine state kept (ballast_share)
+
+
+#: The critical origins in precedence order; ``mining.critical`` chooses which of them count.
+CRITICAL_ORIGINS = (Origin.ONLINE_DIVERGENCE, Origin.GREEDY_WRONG, Origin.SAMPLES_SPREAD)
+
+
+def probed_state() -> pl.Expr:
+    """Probed (competence not null) and not failed by the environment: a state that is critical or routine."""
+    return pl.col("competence").is_not_null() & (
+        pl.col("failure_mode").fill_null("") != FailureMode.ENVIRONMENT_ERROR.value
+    )
+
+
+def critical_origin(critical: Iterable[str], competence_threshold: float) -> pl.Expr:
+    """The origin of a probed state that is critical: the first of ``critical`` (in the precedence of
+    :data:`CRITICAL_ORIGINS`) that applies; null for a routine state and an unprobed one.
+
+    - ``online_divergence``: a state of a failed online rollout (``source`` online: ``divergence_states``), where
+      the policy's greedy action in its own episode was none of the right ones;
+    - ``greedy_wrong``: the probe's greedy reply is wrong (``step_success`` false: ``actions.matches_any`` over the
+      state's reference set; null, greedy unknown, does not apply);
+    - ``samples_spread``: the share of the K samples that are right is below ``competence_threshold``."""
+    applies = {
+        Origin.ONLINE_DIVERGENCE: pl.col("source") == "online",
+        Origin.GREEDY_WRONG: ~pl.col("step_success"),
+        Origin.SAMPLES_SPREAD: pl.col("competence") < competence_threshold,
+    }
+    wanted = set(critical)
+    origin = pl.lit(None, pl.String)
+    for name in reversed([o for o in CRITICAL_ORIGINS if o in wanted]):
+        origin = pl.when(applies[name]).then(pl.lit(name.value)).otherwise(origin)
+    return pl.when(probed_state()).then(origin).otherwise(pl.lit(None, pl.String))
+
+
+def with_origins(states: pl.DataFrame, critical: Iterable[str], competence_threshold: float) -> pl.DataFrame:
+    """``states`` (probe columns and ``source``) with ``origin`` (:func:`critical_origin`), replacing one they had:
+    the column follows the parameters it is read with (an ablation's ``mining.critical`` on the same probes)."""
+    return states.with_columns(critical_origin(critical, competence_threshold).alias("origin"))
+
+
+def is_critical() -> pl.Expr:
+    """A state with a critical origin (``origin`` set, and not ``ballast``)."""
+    return pl.col("origin").is_not_null() & (pl.col("origin") != Origin.BALLAST.value)
+
+
 def select_states(
     scored: pl.DataFrame,
     *,
+    critical: Iterable[str],
     competence_threshold: float,
     ballast_share: float,
     cap: int | None,
     seed: int,
 ) -> pl.DataFrame:
-    """The mined RL set: every probed state with competence below the threshold (``critical``, hardest first),
-    plus routine states drawn at random (``ballast``) so they make ``ballast_share`` of the set; at most ``cap``
-    rows, split in the same proportion. Unprobed states (null competence) are never selected.
-    """
+    """The mined RL set: every critical probed state (``origin``: :func:`critical_origin`), by precedence of its
+    origin and then hardest first (competence, state id), plus routine probed states drawn at random (origin
+    ``ballast``) so they make ``ballast_share`` of the set; at most ``cap`` rows, split in the same proportion (the
+    cap keeps online divergences before greedy-wrong states before spread samples). ``selection`` says critical
+    or ballast. Unprobed states and the environment's failures are never selected."""
     if not 0.0 <= ballast_share < 1.0:
         raise ValueError(f"mining.ballast_share must be in [0, 1), got {ballast_share}")
-    probed = scored.filter(pl.col("competence").is_not_null())
-    critical = probed.filter(pl.col("competence") < competence_threshold).sort(
-        ["competence", "state_id"], maintain_order=True
+    probed = with_origins(scored.filter(probed_state()), critical, competence_threshold)
+    rank = pl.col("origin").replace_strict(
+        {o.value: i for i, o in enumerate(CRITICAL_ORIGINS)}, default=None, return_dtype=pl.Int32
     )
-    routine = probed.filter(pl.col("competence") >= competence_threshold)
-    n_critical = critical.height
+    chosen = probed.filter(is_critical()).sort(rank, "competence", "state_id", maintain_order=True)
+    routine = probed.filter(~is_critical())
+    n_critical = chosen.height
     if cap is not None and n_critical > cap - round(cap * ballast_share):
         n_critical = cap - round(cap * ballast_share)
     n_ballast = min(routine.height, round(n_critical * ballast_share / (1.0 - ballast_share)))
     rows = draw_up_to(range(routine.height), n_ballast, seeded_rng(seed))
     return pl.concat(
         [
-            critical.head(n_critical).with_columns(pl.lit("critical").alias("selection")),
-            routine[rows].with_columns(pl.lit("ballast").alias("selection")),
+            chosen.head(n_critical).with_columns(pl.lit("critical").alias("selection")),
+            routine[rows].with_columns(
+                pl.lit("ballast").alias("selection"), pl.lit(Origin.BALLAST.value).alias("origin")
+            ),
         ]
     )
 
 
-#: The two origins of a probed state: SFT trained on it (``in_sft`` true), or it was held out of SFT.
-ORIGINS = {"in_sft": True, "not_in_sft": False}
+#: States by whether SFT trained on them (``in_sft`` true) or they were held out of it (the probe pool).
+IN_SFT = {"in_sft": True, "not_in_sft": False}
 
 
-def is_critical(competence_threshold: float) -> pl.Expr:
-    """Probed (competence not null) and below the threshold."""
-    return pl.col("competence").is_not_null() & (pl.col("competence") < competence_threshold)
+def origin_report(probed: pl.DataFrame, mined: pl.DataFrame) -> dict[str, Any]:
+    """Per origin (:class:`Origin`), ``states``: the probed states of that origin (``ballast``: the routine probed
+    states it is drawn from), and ``selected``: of them, those in the mined set (the RL corpus; fewer than
+    ``states`` where ``cap`` binds); the same per ``in_sft`` group (:data:`IN_SFT`). ``probed`` and ``mined``
+    carry ``origin``; over origins the ``selected`` counts add up to the mined set's rows (``rl_corpus: mined``)."""
+    routine = probed_state() & pl.col("origin").is_null()
+
+    def counts(frame: pl.DataFrame, kept: pl.DataFrame) -> dict[str, int]:
+        return {"states": frame.height, "selected": kept.height}
+
+    report: dict[str, Any] = {}
+    for origin in Origin:
+        mine = routine if origin == Origin.BALLAST else pl.col("origin") == origin.value
+        states = with_in_sft(probed).filter(mine)
+        kept = with_in_sft(mined).filter(pl.col("origin") == origin.value)
+        report[origin.value] = counts(states, kept) | {
+            group: counts(states.filter(pl.col("in_sft") == flag), kept.filter(pl.col("in_sft") == flag))
+            for group, flag in IN_SFT.items()
+        }
+    return report
 
 
-def origin_report(
-    offline: pl.DataFrame, online: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float
-) -> dict[str, Any]:
-    """Where the critical states came from, per origin (:data:`ORIGINS`): for each source (offline corpus states,
-    online states of rollouts on the origin's tasks) the states, the probed ones, the critical ones, their share
-    of the probed and the mean competence; and the mined set's rows by selection."""
+def in_sft_report(offline: pl.DataFrame, online: pl.DataFrame, mined: pl.DataFrame) -> dict[str, Any]:
+    """Critical states by whether SFT trained on them (:data:`IN_SFT`): for each source (offline corpus states,
+    online states of rollouts on the group's tasks) the states, the probed ones, the critical ones (a critical
+    ``origin``), their share of the probed and the mean competence; and the mined set's rows by selection."""
 
     def stats(frame: pl.DataFrame) -> dict[str, Any]:
         probed = frame.filter(pl.col("competence").is_not_null())
-        critical = int(probed.filter(is_critical(competence_threshold)).height)
+        critical = int(probed.filter(is_critical()).height)
         return {
             "states": frame.height,
             "probed": probed.height,
@@ -380,11 +459,11 @@ def origin_report(
             "mean_competence": float(probed["competence"].mean()) if probed.height else None,
         }
 
-    offline, online, mined = with_origin(offline), with_origin(online), with_origin(mined)
+    offline, online, mined = with_in_sft(offline), with_in_sft(online), with_in_sft(mined)
     report: dict[str, Any] = {}
-    for origin, flag in ORIGINS.items():
+    for group, flag in IN_SFT.items():
         mine = pl.col("in_sft") == flag
-        report[origin] = {
+        report[group] = {
             "offline": stats(offline.filter(mine)),
             "online": stats(online.filter(mine)),
             "selected": dict(mined.filter(mine).group_by("selection").len().sort("selection").iter_rows()),
@@ -392,16 +471,16 @@ def origin_report(
     return report
 
 
-def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshold: float) -> dict[str, Any]:
-    """How concentrated the RL set is: share of routine states (competence >= threshold) and mean competence in the
+def concentration(corpus: pl.DataFrame, mined: pl.DataFrame) -> dict[str, Any]:
+    """How concentrated the RL set is: share of routine states (no critical ``origin``) and mean competence in the
     probed corpus against the mined set, counted per state and weighted by duplicate copies (where the critical
-    states came from is :func:`origin_report`'s)."""
+    states came from is :func:`origin_report`'s and :func:`in_sft_report`'s)."""
 
     def stats(frame: pl.DataFrame) -> dict[str, Any]:
         probed = frame.filter(pl.col("competence").is_not_null())
         if probed.is_empty():
             return {"states": frame.height, "probed": 0, "share_routine": None, "mean_competence": None}
-        routine = probed["competence"] >= competence_threshold
+        routine = probed.select(~is_critical()).to_series()
         weights = probed["n_copies"].cast(pl.Float64)
         return {
             "states": frame.height,
@@ -420,16 +499,13 @@ def concentration(corpus: pl.DataFrame, mined: pl.DataFrame, competence_threshol
     return {"corpus": corpus_stats, "mined": mined_stats, "critical_enrichment": ratio}
 
 
-# ---------------------------------------------------------------- online: first divergence from a reference
-
-
-def failure_mode_table(probed: pl.DataFrame, env_failed: int, competence_threshold: float) -> pl.DataFrame:
+def failure_mode_table(probed: pl.DataFrame, env_failed: int) -> pl.DataFrame:
     """Per source (offline, online) and failure mode, every mode listed with zeros included: the number of critical
-    states among ``probed`` (competence below the threshold), how many of them SFT trained on (``n_in_sft``) and
+    states among ``probed`` (a critical ``origin``), how many of them SFT trained on (``n_in_sft``) and
     how many it did not (``n_not_in_sft``: the probe pool), their share of the source's critical states and their
     mean competence. ``env_failed`` online rollouts the environment failed leave no state; they are the online
-    ``environment_error`` count (their origin columns are null)."""
-    critical = with_origin(probed).filter(is_critical(competence_threshold))
+    ``environment_error`` count (their ``in_sft`` columns are null)."""
+    critical = with_in_sft(probed).filter(is_critical())
     grid = pl.DataFrame(
         [(source, mode.value) for source in ("offline", "online") for mode in FailureMode],
         schema={"source": pl.String, "failure_mode": pl.String},
@@ -448,19 +524,21 @@ def failure_mode_table(probed: pl.DataFrame, env_failed: int, competence_thresho
             "n_states": env_failed,
         }
         counts = pl.concat([counts, pl.DataFrame([env_row])], how="diagonal_relaxed")
-    by_origin = ("n_in_sft", "n_not_in_sft")
+    groups = ("n_in_sft", "n_not_in_sft")
     table = grid.join(counts, on=["source", "failure_mode"], how="left").with_columns(
-        # a mode with no critical state has zero of each origin; the environment's row has no states to tell
+        # a mode with no critical state has zero of each group; the environment's row has no states to tell
         *(
             pl.when(pl.col("n_states").is_null()).then(0).otherwise(pl.col(c)).cast(pl.Int64).alias(c)
-            for c in by_origin
+            for c in groups
         ),
         pl.col("n_states").fill_null(0).cast(pl.Int64),
     )
     return table.with_columns(
         (pl.col("n_states") / pl.col("n_states").sum().over("source")).fill_nan(0.0).alias("share")
-    ).select("source", "failure_mode", "n_states", *by_origin, "share", "mean_competence")
+    ).select("source", "failure_mode", "n_states", *groups, "share", "mean_competence")
 
+
+# ---------------------------------------------------------------- online: divergences from a reference
 
 _SPACE = re.compile(r"\s+")
 
@@ -476,8 +554,6 @@ def reference_index(references: pl.DataFrame) -> dict[tuple[str, str], list[Acti
     """Page state -> the actions that are right there, from successful reference states (STATE rows) of one task:
     each state's reference set (its reference action first, then the actions the environment established as
     equivalent: ``schema.reference_set``), in table order, each action once."""
-    from rmsweb_kedro.contracts.schema import reference_set
-
     index: dict[tuple[str, str], list[Action]] = {}
     for row in references.iter_rows(named=True):
         actions = index.setdefault(page_key(row["url"], row["axtree"]), [])
@@ -577,3 +653,23 @@ def divergence_states(
         counts["diverged"] += 1
         counts["divergence_states"] += len(found)
     return pl.DataFrame(rows, schema=STATE_SCHEMA), dict(counts)
+
+
+def rollout_failure_modes(
+    states: pl.DataFrame, rollouts: Sequence[Trajectory], repeat_window: int = 1
+) -> list[str]:
+    """For each divergence state (rows of :func:`divergence_states`), the failure mode of the action its rollout
+    took there (the policy's greedy action in its own episode) against the state's reference set."""
+    by_id = {rollout.id: rollout for rollout in rollouts}
+    modes = []
+    for state in states.iter_rows(named=True):
+        step = by_id[state["trajectory_id"]].steps[state["step_index"]]
+        mode = classify_failure(
+            step.action,
+            reference_set(state),
+            parse_history(state["previous_actions"]),
+            state_url=state["url"],
+            repeat_window=repeat_window,
+        )
+        modes.append(mode.value if mode else None)
+    return modes

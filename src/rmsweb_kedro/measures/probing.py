@@ -1,7 +1,8 @@
 """Probing the SFT policy for failure-mode mining (docs/mining.md): K sampled actions and the greedy one on corpus
-states (offline), and greedy rollouts in the sandbox whose first divergence from a successful reference becomes a
-state probed the same way (online). The mining parameters (``params:mining``) are defined here; the rules that
-score and select states are :mod:`rmsweb_kedro.measures.mining`.
+states (offline), and greedy rollouts in the sandbox (journaled: a killed run resumes) whose divergences from a
+successful reference become states probed the same way (online). Each probed state gets its ``origin``
+(``mining.critical_origin``). The mining parameters (``params:mining``) are defined here; the rules that score and
+select states are :mod:`rmsweb_kedro.measures.mining`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -27,8 +28,16 @@ from rmsweb_kedro.contracts.schema import (
     trajectory_row,
 )
 from rmsweb_kedro.contracts.seeding import pool_first, sample_rows, seeded_rng
+from rmsweb_kedro.episodes.rollouts import Journal, fingerprint
 from rmsweb_kedro.judges.choice import JudgeSpecConfig
-from rmsweb_kedro.measures.mining import MINED_COLUMNS, divergence_states, with_origin
+from rmsweb_kedro.measures.mining import (
+    CRITICAL_ORIGINS,
+    MINED_COLUMNS,
+    divergence_states,
+    rollout_failure_modes,
+    with_in_sft,
+    with_origins,
+)
 from rmsweb_kedro.measures.scoring import ScoringConfig, score_states
 
 logger = logging.getLogger(__name__)
@@ -52,9 +61,9 @@ PROBE_SCHEMA = pl.Schema(
 class OnlineParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    rollouts: int = Field(
-        default=40, ge=0, description="policy rollouts on train tasks, one a task (0: no online probing)"
-    )
+    #: policy rollouts on tasks of ``split`` with a reference, one a task (0: no online probing); ``all``: every
+    #: such task
+    rollouts: Annotated[int, Field(ge=0)] | Literal["all"] = 40
     max_steps: int = Field(default=12, ge=1)
     envs: int = Field(default=2, ge=1, description="browsers rolling out at once (params:rollouts backend)")
     split: str = "train"
@@ -70,6 +79,10 @@ class OnlineParams(BaseModel):
     #: where the rollouts' screenshots are kept (one folder per rollout), so online states carry their image
     #: like corpus states: their ``screenshot`` is the path from the prompt's ``image_root`` to the file
     screenshot_root: str = "data/07_model_output/mining/online_screenshots"
+    #: every finished rollout is appended here (``episodes.rollouts.Journal``, found by task); a re-run with the
+    #: same checkpoint and settings takes the rollouts it holds, so a killed run loses only those in flight
+    #: (null: no journal)
+    journal_path: str | None = "data/07_model_output/mining/online_journal.jsonl"
     #: the judge of tasks without a programmatic checker (judges.choice: sandbox tasks keep the sandbox checker
     #: unless this names an LLM judge); an LLM judge needs its endpoint (the API key from ``api_key_env``)
     judge: JudgeSpecConfig = Field(default_factory=JudgeSpecConfig)
@@ -103,6 +116,11 @@ class MiningParams(BaseModel):
     #: ``max_states_probed`` with states SFT trained on; false: one seeded draw over both
     probe_pool_first: bool = True
     rl_corpus: Literal["mined", "full"] = "mined"
+    #: the origins that make a probed state critical (mining.Origin; precedence online_divergence > greedy_wrong >
+    #: samples_spread whatever the order here): the ablations choose among them
+    critical: list[Literal["online_divergence", "greedy_wrong", "samples_spread"]] = Field(
+        default_factory=lambda: [o.value for o in CRITICAL_ORIGINS], min_length=1
+    )
     seed: int = 0
     online: OnlineParams = Field(default_factory=OnlineParams)
 
@@ -184,8 +202,8 @@ def probed_rows(corpus: pl.DataFrame, config: MiningParams) -> pl.DataFrame:
 
 def probe_corpus(corpus: pl.DataFrame, sft_model: Any, config: MiningParams) -> pl.DataFrame:
     """Probe up to ``max_states_probed`` corpus states (:func:`probed_rows`: the probe pool first); the other rows
-    keep null probe columns. Adds ``source = "offline"``."""
-    corpus = with_origin(corpus)
+    keep null probe columns. Adds ``source = "offline"`` and ``origin`` (null: routine or not probed)."""
+    corpus = with_in_sft(corpus)
     chosen = probed_rows(corpus, config)
     n_probed = chosen.height
     started = time.perf_counter()
@@ -201,38 +219,84 @@ def probe_corpus(corpus: pl.DataFrame, sft_model: Any, config: MiningParams) -> 
     )
     probed = probed.with_columns(chosen["_row"])
     rest = corpus.with_row_index("_row").join(chosen.select("_row"), on="_row", how="anti")
-    return (
+    offline = (
         pl.concat([probed, rest], how="diagonal_relaxed")
         .sort("_row")
         .drop("_row")
         .with_columns(pl.lit("offline").alias("source"))
     )
+    return with_origins(offline, config.critical, config.competence_threshold)
 
 
-def _with_mining_columns(probed: pl.DataFrame, source: str, in_sft: pl.Expr) -> pl.DataFrame:
-    return probed.with_columns(
-        pl.lit(1, pl.Int32).alias("n_copies"), pl.lit(source).alias("source"), in_sft.alias("in_sft")
+def _with_mining_columns(probed: pl.DataFrame, in_sft: pl.Expr, config: MiningParams) -> pl.DataFrame:
+    online = probed.with_columns(
+        pl.lit(1, pl.Int32).alias("n_copies"), pl.lit("online").alias("source"), in_sft.alias("in_sft")
     )
+    return with_origins(online, config.critical, config.competence_threshold)
 
 
-def task_origins(references: pl.DataFrame) -> dict[str, bool]:
-    """Task id -> whether SFT trained on its references (``in_sft``; :func:`rmsweb_kedro.measures.mining.with_origin` for a
-    table without it). sft_data splits by task, so a task's states share one origin."""
-    return dict(with_origin(references).group_by("task_id").agg(pl.col("in_sft").all()).iter_rows())
+def task_in_sft(references: pl.DataFrame) -> dict[str, bool]:
+    """Task id -> whether SFT trained on its references (``in_sft``; :func:`rmsweb_kedro.measures.mining.with_in_sft`
+    for a table without it). sft_data splits by task, so a task's states share it."""
+    return dict(with_in_sft(references).group_by("task_id").agg(pl.col("in_sft").all()).iter_rows())
 
 
-def draw_rollout_tasks(candidates: list[Task], origins: dict[str, bool], config: MiningParams) -> list[Task]:
-    """Up to ``online.rollouts`` of ``candidates`` drawn with the seed: with ``online.probe_pool_first`` the tasks
-    SFT did not train on first, then the others (``seeding.pool_first``, one generator for both); else one draw
-    over all (the same draw when there is no probe pool)."""
+def draw_rollout_tasks(candidates: list[Task], in_sft: dict[str, bool], config: MiningParams) -> list[Task]:
+    """Up to ``online.rollouts`` of ``candidates`` (``all``: every one) drawn with the seed: with
+    ``online.probe_pool_first`` the tasks SFT did not train on first, then the others (``seeding.pool_first``, one
+    generator for both); else one draw over all (the same draw when there is no probe pool)."""
 
     def pooled(task: Task) -> bool:
-        return config.online.probe_pool_first and not origins[task.id]
+        return config.online.probe_pool_first and not in_sft[task.id]
 
+    wanted = config.online.rollouts
+    limit = len(candidates) if wanted == "all" else wanted
     pool = [t for t in candidates if pooled(t)]
     rest = [t for t in candidates if not pooled(t)]
-    first, then = pool_first(pool, rest, config.online.rollouts, seeded_rng(config.seed).sample)  # one stream
+    first, then = pool_first(pool, rest, limit, seeded_rng(config.seed).sample)  # one stream
     return first + then
+
+
+def rollout_journal(sft_model: Any, config: MiningParams) -> Journal | None:
+    """The journal of the online rollouts (``online.journal_path``), its entries found by task and valid for the
+    policy's checkpoint and what decides a rollout's outcome (prompt, reply length, steps, world, judge); None
+    without a path, or when the in-process checkpoint has no directory to tell it from another (a model built in
+    memory)."""
+    from rmsweb_kedro.models.serving import checkpoint_directory
+
+    online = config.online
+    if online.journal_path is None:
+        return None
+    checkpoint = checkpoint_directory(sft_model) if sft_model is not None else None
+    if checkpoint is None and (config.policy.kind == "hf" or config.policy.server is not None):
+        logger.info("online rollouts not journaled: the SFT checkpoint has no directory (built in memory)")
+        return None
+    decisive = {
+        "checkpoint": str(checkpoint.resolve()) if checkpoint else None,
+        "policy": config.policy.model_dump(mode="json"),
+        "max_new_tokens": config.scoring.max_new_tokens,
+        **online.model_dump(mode="json", include={"max_steps", "sandbox_seed", "judge"}),
+    }
+    return Journal(online.journal_path, fingerprint(decisive))
+
+
+def _episodes(chosen: list[Task], config: MiningParams) -> list[Any]:
+    """One greedy rollout a task (keyed by task id in the journal), its screenshots in a folder of its own under
+    ``online.screenshot_root``."""
+    from rmsweb_kedro.episodes.rollouts import EpisodeSpec
+
+    shots = Path(config.online.screenshot_root).resolve()
+    return [
+        EpisodeSpec(
+            key=task.id,
+            task=task,
+            max_steps=config.online.max_steps,
+            trajectory_id=f"mining-online__{task.id}",
+            screenshot_dir=str(shots / f"mining-online__{task.id}"),
+            relative_to=str(shots),
+        )
+        for task in chosen
+    ]
 
 
 def probe_online(
@@ -245,49 +309,40 @@ def probe_online(
     """Greedy rollouts of the SFT policy on ``online.rollouts`` tasks of ``online.split`` that have a successful
     reference (``references``: STATE rows with ``in_sft``; probe-pool tasks first: :func:`draw_rollout_tasks`),
     in the real sandbox (served with ``online.sandbox_seed``, the world the tasks were made for) on the
-    ``rollouts`` backend; the first divergence of each failed rollout becomes a STATE row with the reference
-    action, probed like an offline state (its screenshot kept under ``online.screenshot_root``) and carrying its
-    task's ``in_sft``. Returns the probed states, the rollouts' counts and their steps
+    ``rollouts`` backend, each finished one journaled (:func:`rollout_journal`); the divergences of each failed
+    rollout become STATE rows with the reference action, probed like offline states (screenshots kept under
+    ``online.screenshot_root``), carrying their task's ``in_sft`` and the failure mode of the rollout's own action
+    where the probe found none wrong. Returns the probed states, the rollouts' counts and their steps
     (:data:`~rmsweb_kedro.contracts.schema.EPISODE_STEP_SCHEMA`, screenshots relative to ``online.screenshot_root``)."""
-    from rmsweb_kedro.episodes.rollouts import EpisodeSpec, Roles, run_rollouts
+    from rmsweb_kedro.episodes.rollouts import Roles, run_rollouts
     from rmsweb_kedro.judges.choice import judge_factory
 
-    origins = task_origins(references)
-    in_sft = pl.col("task_id").replace_strict(origins, default=None, return_dtype=pl.Boolean)
-    empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **PROBE_SCHEMA}), "online", in_sft)
-    candidates = [t for t in tasks if t.split == config.online.split and t.id in origins]
+    in_sft_of = task_in_sft(references)
+    in_sft = pl.col("task_id").replace_strict(in_sft_of, default=None, return_dtype=pl.Boolean)
+    empty = _with_mining_columns(pl.DataFrame(schema={**STATE_SCHEMA, **PROBE_SCHEMA}), in_sft, config)
+    candidates = [t for t in tasks if t.split == config.online.split and t.id in in_sft_of]
     if config.online.rollouts == 0 or not candidates:
         logger.info(
-            "online probing skipped: %d rollouts asked, %d tasks with references",
+            "online probing skipped: %s rollouts asked, %d tasks with references",
             config.online.rollouts,
             len(candidates),
         )
         return empty, {"rollouts": 0}, pl.DataFrame(schema=EPISODE_STEP_SCHEMA)
-    chosen = draw_rollout_tasks(candidates, origins, config)
+    chosen = draw_rollout_tasks(candidates, in_sft_of, config)
     shots = Path(config.online.screenshot_root).resolve()
     image_root = Path(PromptConfig.model_validate(config.policy.prompt).image_root or ".").resolve()
-    episodes = [
-        EpisodeSpec(
-            key=task.id,
-            task=task,
-            max_steps=config.online.max_steps,
-            trajectory_id=f"mining-online__{task.id}",
-            screenshot_dir=str(shots / f"mining-online__{task.id}"),
-            relative_to=str(shots),
-        )
-        for task in chosen
-    ]
     # greedy rollouts and the K-sample probes of their divergences: one policy, one server
     with acting_policy(sft_model, config, "online", greedy=True) as policy:
         trajectories = [
             trajectory
             for (trajectory,) in run_rollouts(
-                episodes,
+                _episodes(chosen, config),
                 Roles(agent=lambda _seed: policy, judge=judge_factory(config.online.judge)),
                 rollouts,
                 browsers=config.online.envs,
                 browser={"headless": config.online.headless},
                 sandbox_seed=config.online.sandbox_seed,
+                journal=rollout_journal(sft_model, config),
                 progress="policy rollouts",
             )
         ]
@@ -296,11 +351,10 @@ def probe_online(
         states, counts = divergence_states(
             trajectories, {t.id: t for t in chosen}, references, prefix, first_only
         )
-        probed = (
-            _with_mining_columns(probe_states(policy, states, config), "online", in_sft)
-            if states.height
-            else empty
-        )
+        probed = probe_states(policy, states, config) if states.height else None
+    if probed is not None:
+        own = rollout_failure_modes(states, trajectories, config.scoring.repeat_window)
+        probed = probed.with_columns(pl.col("failure_mode").fill_null(pl.Series(own, dtype=pl.String)))
     columns = ("trajectory_id", "task_id", "success", "termination", "n_steps")
     per_rollout = [{k: v for k, v in trajectory_row(r).items() if k in columns} for r in trajectories]
     logger.info("online probing: %s", counts)
@@ -308,4 +362,5 @@ def probe_online(
         [row for trajectory in trajectories for row in episode_step_rows(trajectory, "sft")],
         schema=EPISODE_STEP_SCHEMA,
     )
-    return probed, {**counts, "episodes": per_rollout}, steps
+    online = empty if probed is None else _with_mining_columns(probed, in_sft, config)
+    return online, {**counts, "episodes": per_rollout}, steps

@@ -120,7 +120,8 @@ MINING_STATE = """{% extends "base" %}{% import "macros" as m with context %}{% 
 <p><a class="permalink" href="/mining/state?id={{ s.state_id|urlencode }}">link to this state</a> (from <code>{{ table }}</code>)</p>
 {{ m.facts({'task': s.task_id, 'instruction': s.instruction, 'URL': s.url, 'reference action': s.reference_action,
  'greedy action': s.greedy_action, 'competence': s.competence, 'failure mode': s.failure_mode,
- 'SFT trained on it (in_sft)': s.in_sft, 'source': s.source, 'selection': s.get('selection')}) }}
+ 'SFT trained on it (in_sft)': s.in_sft, 'source': s.source, 'selection': s.get('selection'),
+ 'origin (why critical)': s.get('origin')}) }}
 <h3>K = {{ samples|length }} samples</h3><table class="samples"><tr><th>sample</th><th>reward</th><th>failure mode</th></tr>
 {% for x in samples %}<tr class="{{ 'success' if x.reward > 0 else 'failure' }}"><td><code>{{ x.action }}</code></td><td>{{ x.reward }}</td><td>{{ x.failure_mode or '' }}</td></tr>{% endfor %}</table>
 <h3>page</h3>{{ m.shot(screenshot) }}<details><summary>page tree</summary><pre>{{ s.axtree }}</pre></details>{% endblock %}"""

@@ -416,7 +416,8 @@ def mining_states(run: Run, page: int = 0, failure_mode: str | None = None) -> t
             break
     else:
         raise LookupError("no mined states")
-    extra = ["selection"] if "selection" in states.collect_schema() else []
+    # selection and origin (why a state is critical) where the run has them: older runs' tables lack origin
+    extra = [c for c in ("selection", "origin") if c in states.collect_schema()]
     if failure_mode:
         states = states.filter(pl.col("failure_mode") == failure_mode)
     rows, total = page_of(states.select(*MINING_LIST, *extra).sort("state_id"), page)

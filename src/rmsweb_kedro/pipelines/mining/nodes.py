@@ -14,17 +14,19 @@ from rmsweb_kedro.contracts.schema import ENV_TERMINATIONS, tasks_from_frame
 from rmsweb_kedro.measures import probing
 from rmsweb_kedro.measures.mining import (
     CRITICAL_STATE_SCHEMA,
-    ORIGINS,
+    IN_SFT,
     FailureMode,
     concentration,
     corpus_states,
     deduplicate_states,
     failure_mode_table,
+    in_sft_report,
     is_critical,
     origin_report,
     select_states,
     unseen_states,
-    with_origin,
+    with_in_sft,
+    with_origins,
 )
 from rmsweb_kedro.measures.probing import MiningParams
 from rmsweb_kedro.measures.reporting import figure_panels
@@ -78,30 +80,38 @@ def probe_online(
     return probing.probe_online(tasks_from_frame(tasks), references, sft_model, config, rollouts)
 
 
+def _with_origins(probes: pl.DataFrame, config: MiningParams) -> pl.DataFrame:
+    """The probes with ``in_sft`` and ``origin`` as ``config`` defines it (an ablation's ``mining.critical`` reads
+    the default run's probes)."""
+    return with_origins(with_in_sft(probes), config.critical, config.competence_threshold)
+
+
 def select_critical_states(
     offline: pl.DataFrame, online: pl.DataFrame, params: dict[str, Any]
 ) -> pl.DataFrame:
-    """``critical_states``: with ``rl_corpus: mined`` the critical states (offline and online) plus routine
-    ballast, capped; with ``rl_corpus: full`` every offline corpus state (probed or not: training states and the
-    probe pool). States whose failure was the environment's are never selected."""
+    """``critical_states``: with ``rl_corpus: mined`` the critical states (offline and online; ``origin`` says
+    why, ``mining.critical`` which origins count) plus routine ballast, capped; with ``rl_corpus: full`` every
+    offline corpus state (probed or not: training states and the probe pool; ``origin`` set where critical). States
+    whose failure was the environment's are never selected."""
     config = MiningParams.model_validate(params)
-    offline, online = with_origin(offline), with_origin(online)
+    offline, online = _with_origins(offline, config), _with_origins(online, config)
     if config.rl_corpus == "full":
         chosen = offline.with_columns(pl.lit("full").alias("selection"))
     else:
-        # an online state identical to a probed corpus state is that state: counted once, as offline
-        online = unseen_states(online, offline.filter(pl.col("competence").is_not_null()))
-        candidates = pl.concat([offline, online], how="diagonal_relaxed").filter(
-            pl.col("failure_mode").fill_null("") != FailureMode.ENVIRONMENT_ERROR.value
-        )
         chosen = select_states(
-            candidates,
+            pl.concat([offline, _unseen_online(offline, online)], how="diagonal_relaxed"),
+            critical=config.critical,
             competence_threshold=config.competence_threshold,
             ballast_share=config.ballast_share,
             cap=config.cap,
             seed=config.seed,
         )
     return chosen.select(CRITICAL_STATE_SCHEMA.names()).cast(dict(CRITICAL_STATE_SCHEMA))
+
+
+def _unseen_online(offline: pl.DataFrame, online: pl.DataFrame) -> pl.DataFrame:
+    """The online states identical to no probed corpus state: one that is, is that state, counted once as offline."""
+    return unseen_states(online, offline.filter(pl.col("competence").is_not_null()))
 
 
 def summarize_failure_modes(
@@ -114,7 +124,7 @@ def summarize_failure_modes(
     config = MiningParams.model_validate(params)
     probed = pl.concat([offline, online], how="diagonal_relaxed")
     env_failed = sum(online_rollouts.get(end, 0) for end in ENV_TERMINATIONS)
-    return failure_mode_table(probed, env_failed, config.competence_threshold)
+    return failure_mode_table(_with_origins(probed, config), env_failed)
 
 
 def plot_failure_modes(failure_modes: pl.DataFrame):
@@ -161,20 +171,25 @@ def report_mining(
     params: dict[str, Any],
 ) -> dict[str, Any]:
     """``mining_report``: corpus size and duplicates, competence, how concentrated the RL set is (share of routine
-    states in the corpus against the mined set), counts by selection and source, where the critical states came
-    from (``by_origin``: states SFT trained on, ``in_sft``, or held out of it, ``not_in_sft``), the online
+    states in the corpus against the mined set), counts by selection and source, why the critical states are
+    critical (``by_origin``: per origin, the probed states of it and those in the RL corpus, each also by
+    ``in_sft``), where they came from (``by_in_sft``: states SFT trained on, or held out of it), the online
     rollouts, params."""
     config = MiningParams.model_validate(params)
-    offline = with_origin(offline)
+    offline, online = _with_origins(offline, config), _with_origins(online, config)
     probed_online = online.filter(pl.col("competence").is_not_null())
-    by_origin = origin_report(offline, online, critical_states, config.competence_threshold)
+    by_in_sft = in_sft_report(offline, online, critical_states)
+    by_origin = origin_report(pl.concat([offline, _unseen_online(offline, online)], how="diagonal_relaxed"),
+                              critical_states)  # fmt: skip
     logger.info(
-        "critical states (offline + online): %d of %d probed states SFT trained on, %d of %d held out of SFT",
+        "critical states (offline + online): %d of %d probed states SFT trained on, %d of %d held out of SFT; "
+        "by origin (critical, in the RL corpus): %s",
         *(
-            sum(by_origin[origin][source][count] for source in ("offline", "online"))
-            for origin in ORIGINS
+            sum(by_in_sft[group][source][count] for source in ("offline", "online"))
+            for group in IN_SFT
             for count in ("critical", "probed")
         ),
+        {origin: (counts["states"], counts["selected"]) for origin, counts in by_origin.items()},
     )
     return {
         "params": config.model_dump(),
@@ -183,8 +198,9 @@ def report_mining(
         "corpus_states_held_out_of_sft": int((~offline["in_sft"]).sum()),
         "offline_probed": int(offline["competence"].is_not_null().sum()),
         "online_states": int(probed_online.height),
-        "critical_in_corpus": offline.filter(is_critical(config.competence_threshold)).height,
-        "concentration": concentration(offline, critical_states, config.competence_threshold),
+        "critical_in_corpus": offline.filter(is_critical()).height,
+        "mined_states": critical_states.height,
+        "concentration": concentration(offline, critical_states),
         "selected": {
             f"{selection}/{source}": int(n)
             for selection, source, n in critical_states.group_by("selection", "source")
@@ -193,5 +209,6 @@ def report_mining(
             .iter_rows()
         },
         "by_origin": by_origin,
+        "by_in_sft": by_in_sft,
         "online_rollouts": online_stats,
     }
