@@ -257,6 +257,7 @@ TINY = {
                  "online": {"max_tasks": 1, "max_held_out_tasks": 0, "runs": 1, "max_steps": 2}},
     "ablations": {"budget": {
         "collect": {"max_tasks": 2, "n_envs": 1, "max_steps": 14},
+        "sft_data": {"val_tasks": 1, "min_train_tasks": 1},  # of the 2 tasks collected: one val, one to train on
         "sft": {"training": {"loop": {"max_steps": 2, "batch_size": 4, "warmup_steps": 0}}},
         "salvage_ds": {"loop": {"max_steps": 1}},
         "evaluate": {"offline": {"max_states": 4}, "online": {"max_tasks": 1, "max_held_out_tasks": 0, "runs": 1}},
