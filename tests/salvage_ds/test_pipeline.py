@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from rmsweb_kedro.contracts.schema import STATE_SCHEMA, reference_set
+from rmsweb_kedro.measures.report import salvage_ds_table
 from rmsweb_kedro.pipelines.salvage_ds.nodes import (
     GROUPS_SCHEMA,
     choose_rmsweb_model,
@@ -121,6 +122,12 @@ def test_node_trains_each_seed_and_reports(sft_tiny, tmp_path):
         )
         by_origin = trained["origin"].fill_null("unknown").value_counts()
         assert run["trained_groups_by_origin"] == dict(by_origin.iter_rows()) and trained.height > 0
+    # the report's table says each seed's updates, why it stopped and what it trained by origin
+    table = salvage_ds_table(report)
+    assert table["updates"].to_list() == [4, 4] and table["stop"].to_list() == ["max_steps", "max_steps"]
+    for row in table.iter_rows(named=True):
+        counted = report["runs"][str(row["seed"])]["trained_groups_by_origin"]
+        assert row["trained_by_origin"] == ", ".join(f"{k} {v}" for k, v in counted.items())
     chosen = choose_rmsweb_model(models, report)
     best = max(report["seeds"], key=lambda s: report["runs"][str(s)]["best_dev"])
     assert chosen is models[best]

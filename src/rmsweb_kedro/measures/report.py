@@ -429,20 +429,25 @@ def flips(predictions: pl.DataFrame, first: str, second: str) -> pl.DataFrame:
 
 
 def salvage_ds_table(report: dict[str, Any] | None) -> pl.DataFrame:
-    """One row per Salvage-DS training seed (``salvage_ds_report``): the update whose weights it returned (0: the
-    SFT policy) and the dev step success there against step 0's, the trained states left in the pool, and per
-    sampled batch the mean generation rounds and accepted, anchored and discarded groups."""
-    schema = {"seed": pl.Int64, "returned": pl.String, "dev_sft": pl.Float64, "dev_returned": pl.Float64,
-              "rounds": pl.Float64, "accepted": pl.Float64, "anchored": pl.Float64, "discarded": pl.Float64,
-              "saturated": pl.Float64}  # fmt: skip
+    """One row per Salvage-DS training seed (``salvage_ds_report``): the updates it took and why it stopped
+    (``max_steps``, or e.g. its sampling budget spent), the update whose weights it returned (0: the SFT policy) and
+    the dev step success there against step 0's, the trained states left in the pool, per sampled batch the mean
+    generation rounds and accepted, anchored and discarded groups, and the groups it trained by their state's
+    mining ``origin``."""
+    schema = {"seed": pl.Int64, "updates": pl.Int64, "stop": pl.String, "returned": pl.String,
+              "dev_sft": pl.Float64, "dev_returned": pl.Float64, "rounds": pl.Float64, "accepted": pl.Float64,
+              "anchored": pl.Float64, "discarded": pl.Float64, "saturated": pl.Float64,
+              "trained_by_origin": pl.String}  # fmt: skip
     if not report or "runs" not in report:
         return pl.DataFrame(schema=schema)
     dev_sft = report["before"].get("dev", {}).get("step_success_rate")
     rows = [
-        {"seed": int(seed), "returned": run["returned"], "dev_sft": dev_sft, "dev_returned": run["best_dev"],
+        {"seed": int(seed), "updates": run.get("steps"), "stop": run.get("stop_reason") or "max_steps",
+         "returned": run["returned"], "dev_sft": dev_sft, "dev_returned": run["best_dev"],
          "rounds": run["means"].get("rounds"), "accepted": run["means"].get("accepted_groups"),
          "anchored": run["means"].get("anchored_groups"), "discarded": run["means"].get("discarded_groups"),
-         "saturated": run["means"].get("saturated_states")}
+         "saturated": run["means"].get("saturated_states"),
+         "trained_by_origin": ", ".join(f"{k} {v}" for k, v in run.get("trained_groups_by_origin", {}).items())}
         for seed, run in report["runs"].items()
     ]  # fmt: skip
     return pl.DataFrame(rows, schema=schema)
@@ -621,7 +626,10 @@ def _salvage_section(salvage: dict[str, Any] | None) -> list[str]:
         "Each seed's run starts from the same SFT checkpoint; the dev split (`sft_states_dev`, which nothing else "
         "trains or evaluates on) is scored before training and every `loop.eval_every` updates, and the run returns "
         "the best of those weights (`returned`; `sft`: step 0 won, the SFT policy itself). Dev step success in %; "
-        "the other columns are means per sampled batch (`saturated`: states that left the pool, all right in a row). "
+        "`updates`/`stop`: the updates taken and why the run ended (a spent `sampled_action_budget` or an empty pool "
+        "ends it early); the next columns are means per sampled batch (`saturated`: states that left the pool, all "
+        "right in a row); `trained_by_origin`: the groups trained (accepted or anchored) by their state's mining "
+        "origin (docs/mining.md). "
         "Figures: `salvage_ds/training.png` (dev curve, groups per batch, the pool, loss terms), "
         "`salvage_ds/states.png` (each trained state's share right over the updates), `evaluate/flips.png` (the "
         "held-out states that flipped).",
