@@ -414,16 +414,21 @@ def test_the_report_section_states_the_budget_it_is_given():
     assert "| (c) salvage_ds beats grpo | 2 |" in section
 
 
+def has_key(params: dict, dotted: str) -> bool:
+    """Whether the resolved ``params`` hold the dotted parameter name (``ablations.rl_grpo.salvage_ds``)."""
+    value = params
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    return True
+
+
 def test_every_parameter_the_ablations_read_is_in_the_config():
     params = OmegaConfigLoader(str(REPO / "conf"), **CONFIG_LOADER_ARGS)["parameters"]
 
     def present(dotted: str) -> bool:
-        value = params
-        for key in dotted.split("."):
-            if not isinstance(value, dict) or key not in value:
-                return False
-            value = value[key]
-        return True
+        return has_key(params, dotted)
 
     wanted = {
         i.removeprefix("params:")

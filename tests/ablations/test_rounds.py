@@ -18,7 +18,7 @@ from rmsweb_kedro.contracts.schema import COLLECTION_LOG_SCHEMA, STATE_SCHEMA, t
 from rmsweb_kedro.pipeline_registry import register_pipelines
 from rmsweb_kedro.pipelines.ablations.pipeline import FIRST_ROUND, ONE_ROUND_LONG, SECOND_ROUND
 from rmsweb_kedro.settings import CONFIG_LOADER_ARGS, ProjectConfigLoader, scale_parameter
-from tests.ablations.test_ablations import _add_parameters
+from tests.ablations.test_ablations import _add_parameters, has_key
 
 REPO = Path(__file__).resolve().parents[2]
 ENVS = (None, "experiment")  # base alone, and base + conf/experiment
@@ -172,12 +172,7 @@ def test_every_name_the_rounds_read_resolves_from_the_config(env):
     pipelines = register_pipelines()
 
     def present(dotted: str) -> bool:
-        found = params
-        for key in dotted.split("."):
-            if not isinstance(found, dict) or key not in found:
-                return False
-            found = found[key]
-        return True
+        return has_key(params, dotted)
 
     for name in ("ablations", "second_round"):
         wanted = {i.removeprefix("params:") for i in pipelines[name].inputs() if i.startswith("params:")}
