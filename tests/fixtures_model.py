@@ -9,6 +9,9 @@ load it with ``modeling.load_model({"path": str(tiny_checkpoint)})`` or plain ``
 (``modeling.write_released_layout``): vision tower with deepstack layers, released image processor (16-pixel
 patches, 2x2 merge, 256x256 to 4096x4096 pixels), Qwen's added tokens, the released chat template WITHOUT
 generation markers, the released sampling defaults. Every production-path test runs on it.
+``lora_policy``: ``tests/salvage_ds/conftest.py``'s ``lora_tiny()`` (LoRA model, processor, states, prompt config),
+trained once a session for the served-sampler, managed-server and shutdown tests: a test that changes the model
+changes a ``copy.deepcopy`` of it.
 """
 
 from __future__ import annotations
@@ -143,3 +146,11 @@ def released_checkpoint(tmp_path_factory, tiny_states) -> Path:
     return write_released_layout(
         tmp_path_factory.mktemp("released") / "Qwen3-VL-tiny-Instruct", corpus, RELEASED_TINY
     )
+
+
+@pytest.fixture(scope="session")
+def lora_policy() -> tuple:
+    """:func:`tests.salvage_ds.conftest.lora_tiny`, built in memory once a session (never changed in place)."""
+    from tests.salvage_ds.conftest import lora_tiny
+
+    return lora_tiny()

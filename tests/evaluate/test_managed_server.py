@@ -14,22 +14,25 @@ import pytest
 
 from rmsweb_kedro.contracts.schema import STATE_SCHEMA
 from rmsweb_kedro.models.serving import ServerError
-from tests.salvage_ds.conftest import lora_tiny, make_states
+from tests.salvage_ds.conftest import make_states
 from tests.salvage_ds.test_served import server_config
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+def checkpoint(tmp_path_factory, lora_policy):
     """(checkpoint dataset value, its directory, states, prompt, the replies without the adapter): a LoRA
     checkpoint saved and loaded back. The adapter is moved off zero far enough to change the greedy replies (the
     fine-tuned base answers ``click(6)`` everywhere; with it each state gets its own reply), so a server of the base
     alone would not pass."""
+    import copy
+
     import torch
 
     from rmsweb_kedro.datasets.checkpoint import CheckpointDataset
     from rmsweb_kedro.pipelines.evaluate.nodes import predict_offline
 
-    model, processor, trained, prompt = lora_tiny()
+    model, processor, trained, prompt = lora_policy
+    model = copy.deepcopy(model)  # its adapter is moved below
     states = pl.DataFrame(trained, schema=STATE_SCHEMA)  # the 8 states the base was fine-tuned on
     params = {"policy": {"kind": "hf", "prompt": prompt.model_dump(), "max_new_tokens": 16, "batch_size": 8}}
     with model.disable_adapter():

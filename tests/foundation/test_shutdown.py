@@ -25,20 +25,19 @@ pytestmark = pytest.mark.slow
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def make_project(project: Path) -> Path:
+def make_project(project: Path, lora_policy: tuple) -> Path:
     """A copy of the project's configuration with SFT's outputs that mining reads: 8 toy states (train 6, probe 2)
     and a LoRA sft_model of head_dim 32 (what vLLM's CPU attention takes), served by the node on vLLM's CPU build.
     Returns the checkpoint directory."""
     from rmsweb_kedro.contracts.schema import STATE_SCHEMA
     from rmsweb_kedro.models.modeling import save_checkpoint
-    from tests.salvage_ds.conftest import lora_tiny
     from tests.salvage_ds.test_served import server_config
 
     shutil.copy(PROJECT / "pyproject.toml", project)
     (project / "src").mkdir()
     shutil.copytree(PROJECT / "conf" / "base", project / "conf" / "base")
     (project / "conf" / "local").mkdir()
-    model, processor, states, prompt = lora_tiny()
+    model, processor, states, prompt = lora_policy
     frame = pl.DataFrame(states, schema=STATE_SCHEMA)
     data = project / "data" / "05_model_input" / "sft"
     data.mkdir(parents=True)
@@ -111,11 +110,11 @@ def signal_and_wait(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signalled_run_stops_the_vllm_server_it_started(signum, tmp_path):
+def test_a_signalled_run_stops_the_vllm_server_it_started(signum, tmp_path, lora_policy):
     from tests.salvage_ds.test_served import vllm_python
 
     vllm_python()  # skips when there is no vLLM venv
-    checkpoint = make_project(tmp_path)
+    checkpoint = make_project(tmp_path, lora_policy)
     run = start_run(tmp_path, "--nodes", "mining.prepare_mining_corpus,mining.probe_offline")
     server_log = tmp_path / "data" / "07_model_output" / "mining" / "servers" / "offline.log"
     try:

@@ -80,6 +80,7 @@ def weak_policy_dir(reference_states: pl.DataFrame, tmp_path_factory) -> Path:
         ),
         prompt=prompt,
         loss_on="all",
+        batching="packed",  # the padded batches' loss and gradients (tests/sft/test_packing.py), without the padding
     )  # fmt: skip
     result = run_sft(model, processor, [s for s in states if s["site"] != WEAK_SITE], [], config)
     save_checkpoint(result.model, processor, out / "model")

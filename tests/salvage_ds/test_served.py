@@ -21,7 +21,7 @@ from rmsweb_kedro.training.salvage_ds import SalvageDSParams, prepare_states, tr
 from rmsweb_kedro.training.salvage_ds.inputs import continuation_logits
 from rmsweb_kedro.training.salvage_ds.objective import token_logprobs
 from rmsweb_kedro.training.sampling import HFSampler, SamplerConfig, ServedSampler
-from tests.salvage_ds.conftest import loop_config, lora_tiny
+from tests.salvage_ds.conftest import loop_config
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,20 +56,21 @@ def server_config(**changes) -> ServerConfig:
     return ServerConfig(**(settings | changes))
 
 
-def saved_and_loaded(directory: Path):
-    """:func:`lora_tiny` saved as the stages save a LoRA policy (modeling.save_checkpoint: base + ``adapter/``) and
-    loaded back (modeling.load_model), as the salvage_ds node gets ``sft_model``."""
+def saved_and_loaded(directory: Path, lora_policy: tuple):
+    """``lora_policy`` (tests/fixtures_model.py: :func:`lora_tiny` once a session) saved as the stages save a LoRA
+    policy (modeling.save_checkpoint: base + ``adapter/``) and loaded back (modeling.load_model), as the salvage_ds
+    node gets ``sft_model``."""
     from rmsweb_kedro.models.modeling import load_model, save_checkpoint
 
-    model, processor, states, prompt = lora_tiny()
+    model, processor, states, prompt = lora_policy
     save_checkpoint(model, processor, directory)
     loaded, processor = load_model({"path": str(directory)})
     return loaded, processor, states, prompt
 
 
 @pytest.fixture(scope="module")
-def policy(tmp_path_factory):
-    return saved_and_loaded(tmp_path_factory.mktemp("policy") / "sft_model")
+def policy(tmp_path_factory, lora_policy):
+    return saved_and_loaded(tmp_path_factory.mktemp("policy") / "sft_model", lora_policy)
 
 
 PARAMS = SalvageDSParams(mode="salvage_ds", group_size=4, max_new_tokens=16, temperature=1.0)
@@ -439,7 +440,7 @@ def test_the_server_serves_the_checkpoints_base_in_place_at_every_start(policy, 
     assert weight_files(checkpoint) == before
 
 
-def test_base_directory_is_the_loaded_checkpoint_only_while_the_weights_are_its(policy):
+def test_base_directory_is_the_loaded_checkpoint_only_while_the_weights_are_its(policy, lora_policy):
     import copy
 
     from rmsweb_kedro.models.serving import base_directory, checkpoint_directory
@@ -453,7 +454,7 @@ def test_base_directory_is_the_loaded_checkpoint_only_while_the_weights_are_its(
                 weight.add_(1e-3)
     assert checkpoint_directory(trained) == checkpoint_directory(model)
     assert base_directory(trained) is None
-    assert base_directory(lora_tiny()[0]) is None  # built in memory: nothing on disk
+    assert base_directory(lora_policy[0]) is None  # built in memory: nothing on disk
 
 
 def test_an_api_key_is_never_a_parameter():
