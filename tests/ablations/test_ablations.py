@@ -203,6 +203,7 @@ def test_ablations_reuse_the_stages_under_namespaces_and_stay_out_of_the_default
     assert outside <= set(pipelines["__default__"].all_outputs()) | hooked
 
 
+@pytest.mark.slow
 def test_the_probe_pool_is_namespaced_in_the_collection_variants_and_empty_there():
     """Each collection variant's sft_data writes its own ``ablations.<variant>.sft_states_probe`` (a catalog
     pattern persists it beside its train and val), with no probe pool: the variants are not mined. The full-corpus

@@ -123,6 +123,7 @@ def collect_params(tmp_path: Path, **overrides) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_collect_writes_every_attempt_resumes_and_summarises(sandbox_task_list, tmp_path):
     tasks = [t for t in sandbox_task_list if t.split == "train" and t.site == "shop" and "cart" in t.id][:1]
     params = collect_params(tmp_path)
@@ -172,6 +173,7 @@ collect_trajectories(tasks, params)
 """
 
 
+@pytest.mark.slow
 def test_kill_9_loses_only_episodes_in_flight(tmp_path):
     params = collect_params(tmp_path, max_tasks=3, modes=["single"], n_envs=1)
     journal = Path(params["journal_path"])
@@ -234,6 +236,7 @@ def test_the_teachers_equivalents_become_the_states_reference_set(
     assert not score_step(row["reference_action"], 'Action: press("Enter")').step_success
 
 
+@pytest.mark.slow
 def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(
     sandbox_task_list, sandbox_server, browser_env
 ):
@@ -272,6 +275,7 @@ def test_longer_ways_survive_shortening_and_a_reflection_rules_them_out(
     assert len(retry.steps) == len(task.reference_solution) == len(independent.steps) - 1
 
 
+@pytest.mark.slow
 def test_a_wrong_item_is_worked_from_and_the_reflection_names_it(
     sandbox_task_list, sandbox_server, browser_env
 ):

@@ -112,6 +112,7 @@ def test_persistent_500_ends_in_a_fatal_decision(chat_server, screenshots):
     chat_server.faults = {}
 
 
+@pytest.mark.slow
 def test_timeout_is_retried(chat_server):
     chat_server.faults = {"hangs": 1, "hang_s": 8.0}
     # Generous for the answered retry on a loaded machine; the hung request outlasts it anyway.

@@ -98,6 +98,7 @@ def test_examples_run(examples_project):
     assert (data / "08_reporting" / "shortening_plot.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_notebook_loads_steps_from_the_catalog_and_plots(examples_project):
     notebook = nbformat.read(examples_project / "notebooks" / "explore_steps.ipynb", as_version=4)
     client = NotebookClient(
@@ -125,6 +126,7 @@ def test_notebook_loads_steps_from_the_catalog_and_plots(examples_project):
     assert images, "the plotting cell drew nothing"
 
 
+@pytest.mark.slow
 def test_kedro_viz_build_lists_the_nodes(tmp_path):
     project = copy_project(tmp_path)
     env = {**os.environ, "KEDRO_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1"}

@@ -118,6 +118,7 @@ def test_accumulated_micro_batches_give_the_whole_batch_token_mean(
     assert runs[1].history[0]["train/label_tokens"] == runs[0].history[0]["train/label_tokens"]
 
 
+@pytest.mark.slow
 def test_two_processes_train_sft_like_one_and_a_launched_run_resumes(
     tmp_path, released_checkpoint, screenshot_states, one_process_sft
 ):
@@ -137,6 +138,7 @@ def test_two_processes_train_sft_like_one_and_a_launched_run_resumes(
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP, FSDP2
 def test_two_processes_train_salvage_ds_like_one(
     launch, tmp_path, released_checkpoint, screenshot_states, one_process_salvage_ds
@@ -149,6 +151,7 @@ def test_two_processes_train_salvage_ds_like_one(
     ]
 
 
+@pytest.mark.slow
 def test_two_processes_resample_disjoint_shards(tmp_path, released_checkpoint, screenshot_states):
     """FSDP2 (generate a collective, every process in each round) with dynamic sampling: no group is accepted, so
     every batch runs its 3 rounds on both processes; each process's further rounds draw from its own shard of the
@@ -174,6 +177,7 @@ def test_two_processes_resample_disjoint_shards(tmp_path, released_checkpoint, s
             assert {g["state_id"] for g in rows if g["rank"] == rank and g["round"] > 1} <= shards[rank]
 
 
+@pytest.mark.slow
 def test_fsdp2_on_two_cpu_processes_trains_sft_like_one(
     tmp_path, released_checkpoint, screenshot_states, one_process_sft
 ):
@@ -194,6 +198,7 @@ def test_fsdp2_on_two_cpu_processes_trains_sft_like_one(
 BUDGET = 550
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launch", ["cpu_2proc", "cpu_2proc_fsdp2"])  # DDP with LoRA, FSDP2 with full weights
 def test_two_processes_train_packed_sft_like_one_padded(
     launch, tmp_path, released_checkpoint, screenshot_states, one_process_sft
@@ -239,6 +244,7 @@ def test_two_processes_train_packed_sft_like_one_padded(
         assert [r["train/micro_batches"] for r in launched.history] == [max(counts) for counts in own]
 
 
+@pytest.mark.slow
 def test_fsdp2_generation_of_different_lengths_on_the_two_processes(
     tmp_path, released_checkpoint, screenshot_states
 ):

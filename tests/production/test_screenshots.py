@@ -114,6 +114,7 @@ def test_the_sampler_of_mining_evaluation_and_live_sees_the_image(released_check
     assert abs(firsts[0] - firsts[1]) > 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_evaluate_online_shows_the_page_screenshot_to_the_model(released_checkpoint, sandbox_task_list):
     """evaluate's online stage in the real sandbox and Chromium, one decision on a task's first page, with the

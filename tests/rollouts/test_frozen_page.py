@@ -45,6 +45,7 @@ def wait_for_no_chromium(seconds: float = 30.0) -> list[int]:
     return left
 
 
+@pytest.mark.slow
 def test_a_frozen_page_ends_its_episode_as_an_environment_error_and_the_run_goes_on(site):
     started = time.monotonic()
     results = run_rollouts(
@@ -73,6 +74,7 @@ class Silent(Scroller):
         return super().act(task, observation, history, reflections)
 
 
+@pytest.mark.slow
 def test_an_agent_that_stops_answering_is_given_up_at_the_hard_limit_on_threads(site):
     specs = episodes(calm=1)
     specs[0].task = specs[1].task.model_copy(update={"id": "silent", "site": "frozen.test"})  # a calm page
@@ -90,6 +92,7 @@ def test_an_agent_that_stops_answering_is_given_up_at_the_hard_limit_on_threads(
     assert not wait_for_no_chromium()
 
 
+@pytest.mark.slow
 def test_a_driver_that_fails_mid_run_does_not_wait_forever_for_a_busy_thread(
     site, tmp_path, monkeypatch, caplog
 ):

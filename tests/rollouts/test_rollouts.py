@@ -84,6 +84,7 @@ def test_critical_points_on_hand_made_pages():
     assert CriticalPoints(enabled=False)(Action(type=ActionType.CLICK, element=3), page(order)) is None
 
 
+@pytest.mark.slow
 def test_live_mode_stops_at_the_checkout_and_reports_it_apart(needs_chromium, sandbox_task_list, tmp_path):
     task = next(t for t in sandbox_task_list if t.metadata["template"] == "shop_order")
     specs = [
@@ -133,6 +134,7 @@ class Broken:
         raise ZeroDivisionError("a bug in the agent")
 
 
+@pytest.mark.slow
 def test_time_limit_failure_and_resume(needs_chromium, sandbox_task_list, tmp_path, monkeypatch):
     tasks = sorted(
         (t for t in sandbox_task_list if t.split == "train"), key=lambda t: len(t.reference_solution)

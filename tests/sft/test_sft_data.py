@@ -260,6 +260,7 @@ def test_wiring_and_catalog_of_the_probe_pool(tmp_path, tiny_states):
     assert SFTDataParams.model_validate({"probe_tasks": 20}).probe_tasks == 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("env", "min_train_tasks"), [(None, 136), ("experiment", 955)])
 def test_collection_is_planned_large_enough_for_the_split(env, min_train_tasks):
     """The environment's collection can give sft_data every held-out part and min_train_tasks beside them: its

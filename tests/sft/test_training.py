@@ -27,6 +27,7 @@ def _config(tmp_path, **loop):
     return SFTConfig(loop=settings, loss_on="all")
 
 
+@pytest.mark.slow
 def test_short_sft_lowers_val_loss_and_saves_a_plain_checkpoint(tmp_path, tiny_checkpoint, tiny_states):
     from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
 

@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from rmsweb_kedro.tasks.decontamination import BenchmarkIndex, intent, similarity
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "decontamination.py"
@@ -53,6 +55,7 @@ def test_the_benchmark_on_fixture_rows(tmp_path):
     assert new["recall"] >= old["recall"]
 
 
+@pytest.mark.slow
 def test_the_benchmark_on_the_real_files(shared_benchmarks):
     result = _script().run(shared_benchmarks, sample=60, seed=0)
     assert result["index"] == {"webvoyager": 643, "online_mind2web": 300, "webtailbench": 609}

@@ -37,6 +37,7 @@ def task_of(tasks: list[Task], template: str) -> Task:
     return next(t for t in tasks if t.metadata["template"] == template)
 
 
+@pytest.mark.slow
 def test_reference_solutions_of_a_stratified_sample_solve_their_tasks(
     browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task], tmp_path: Path
 ) -> None:
@@ -49,6 +50,7 @@ def test_reference_solutions_of_a_stratified_sample_solve_their_tasks(
         assert shots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_every_answer_read_off_a_page_is_the_expected_one(
     browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task]
 ) -> None:
@@ -99,6 +101,7 @@ def test_observation_format_and_stable_ids(browser_env: BrowserEnv, sandbox_task
     assert text == 'link "Say \\"hi\\" \\\\ bye" [9]' and parse_axtree(text)[0].name == 'Say "hi" \\ bye'
 
 
+@pytest.mark.slow
 def test_every_page_tree_of_the_reference_solutions_reads_back_through_the_one_parser(
     browser_env: BrowserEnv, sandbox_task_list: list[Task]
 ) -> None:
@@ -316,6 +319,7 @@ def test_each_episode_starts_a_clean_session_in_the_same_context(
     assert browser_env.step(parse_action("go_back()")).error == "there is no previous page"
 
 
+@pytest.mark.slow
 def test_parallel_envs_keep_separate_carts(
     sandbox_server: SandboxServer, sandbox_task_list: list[Task], browser_config
 ) -> None:
@@ -339,6 +343,7 @@ def test_parallel_envs_keep_separate_carts(
         assert [item["product"] for item in cart] == [task.metadata["params"]["product"]]
 
 
+@pytest.mark.slow
 def test_declared_equivalents_do_what_the_reference_step_does(
     browser_env: BrowserEnv, sandbox_server: SandboxServer, sandbox_task_list: list[Task]
 ) -> None:

@@ -303,6 +303,7 @@ class Click:
         return Decision(action=Action(type=ActionType.STOP, status="success"))
 
 
+@pytest.mark.slow
 def test_a_block_met_after_a_click_ends_the_episode_as_one_at_the_start(env):
     """A challenge the agent's click reaches is handled as a start page's: the attempt restarts ``block_retries``
     times, then ends ``blocked`` with its kind, the steps up to it kept, never judged."""

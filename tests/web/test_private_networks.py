@@ -165,6 +165,7 @@ def open_env(sites: Sites, pool: ThreadPoolExecutor, allowed: list[str]) -> OnIt
 TASK = Task(id="open", source="user", site="open", start_url="http://open.test/", instruction="Look around.")
 
 
+@pytest.mark.slow
 def test_nothing_from_the_open_web_reaches_a_private_service(sites):
     with ThreadPoolExecutor(max_workers=1) as pool:
         env = open_env(sites, pool, ["127.0.0.1/32"])
