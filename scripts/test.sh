@@ -9,6 +9,6 @@ bash scripts/setup.sh
 export KEDRO_DISABLE_TELEMETRY=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # Two pytest workers (pytest-xdist), each file on one worker so a module's fixtures are built once: the tests hold
 # torch to one thread, and much of their time is one-core work (vLLM's and Chromium's starts, tiny models), so a
-# second worker fills the second core (36 min 50 s -> 24 min 24 s on 2 cores, README). RMSWEB_TEST_WORKERS=0 runs
+# second worker fills the second core (README: the suite's times). RMSWEB_TEST_WORKERS=0 runs
 # them in this process; a later -n in the arguments wins.
 exec .venv/bin/python -m pytest -n "${RMSWEB_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -260,8 +260,9 @@ def test_wiring_and_catalog_of_the_probe_pool(tmp_path, tiny_states):
     assert SFTDataParams.model_validate({"probe_tasks": 20}).probe_tasks == 20
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("env", "min_train_tasks"), [(None, 136), ("experiment", 955)])
+@pytest.mark.parametrize(
+    ("env", "min_train_tasks"), [(None, 136), pytest.param("experiment", 955, marks=pytest.mark.slow)]
+)
 def test_collection_is_planned_large_enough_for_the_split(env, min_train_tasks):
     """The environment's collection can give sft_data every held-out part and min_train_tasks beside them: its
     cap is at least their sum (null: every train task), and the sandbox suite has that many train tasks."""

@@ -41,8 +41,9 @@ def test_generation_is_deterministic_and_round_trips_the_table(sandbox_task_list
     assert tasks_from_frame(frame) == sandbox_task_list
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("instances", [24, 160])  # the default world; the experiment's (conf/experiment/)
+@pytest.mark.parametrize(  # the default world; the experiment's (conf/experiment/), 12 s: slow
+    "instances", [24, pytest.param(160, marks=pytest.mark.slow)]
+)
 def test_splits_hold_out_a_site_and_unseen_combinations(instances: int) -> None:
     tasks = generate_tasks(SandboxParams(instances_per_template=instances))
     by_split = {s: [t for t in tasks if t.split == s] for s in ("train", "val", "test")}
